@@ -31,9 +31,12 @@ func (r KeyGroupRange) Overlaps(o KeyGroupRange) bool { return r.Start < o.End &
 func (r KeyGroupRange) Empty() bool { return r.End <= r.Start }
 
 // RangeFor returns the key groups subtask i of p owns, out of maxParallelism:
-// [i*max/p, (i+1)*max/p). Every group is owned by exactly one subtask.
+// [ceil(i*max/p), ceil((i+1)*max/p)), as Flink does. Every group is owned by
+// exactly one subtask, none is empty while p <= max, and the rounding up makes
+// SubtaskForGroup its exact inverse.
 func RangeFor(maxParallelism, parallelism, i int) KeyGroupRange {
-	return KeyGroupRange{Start: i * maxParallelism / parallelism, End: (i + 1) * maxParallelism / parallelism}
+	ceil := func(j int) int { return (j*maxParallelism + parallelism - 1) / parallelism }
+	return KeyGroupRange{Start: ceil(i), End: ceil(i + 1)}
 }
 
 // SubtaskForGroup is the inverse of RangeFor: the subtask of p owning group g.

@@ -1,0 +1,120 @@
+package state
+
+import "fmt"
+
+// entry is a cached value: present false caches "no value" (a miss or a
+// delete), so a later Put or Get of the key does not read the backend again.
+type entry[V any] struct {
+	v       V
+	present bool
+	dirty   bool
+}
+
+// table is the cache of a state holding one value per key; Value, List,
+// Reducing and Aggregating are built on it. Backend key: the state prefix
+// and the encoded key.
+type table[K comparable, V any] struct {
+	kd    *Keyed
+	name  string
+	kc    Codec[K]
+	vc    Codec[V]
+	m     map[K]entry[V]
+	dirty []K // keys whose entry is dirty, each once
+}
+
+func newTable[K comparable, V any](kd *Keyed, name string, kc Codec[K], vc Codec[V]) *table[K, V] {
+	t := &table[K, V]{kd: kd, name: name, kc: kc, vc: vc, m: map[K]entry[V]{}}
+	kd.register(name, t)
+	return t
+}
+
+func (t *table[K, V]) get(k K) (V, bool, error) {
+	if e, ok := t.m[k]; ok {
+		return e.v, e.present, nil
+	}
+	return t.load(k)
+}
+
+func (t *table[K, V]) load(k K) (v V, ok bool, err error) {
+	enc, g, err := encodeKey(t.kd, t.kc, k)
+	if err != nil {
+		return v, false, fmt.Errorf("state %q: %w", t.name, err)
+	}
+	// Build the backend key after the encoded key in scratch.
+	t.kd.scratch = AppendStatePrefix(t.kd.scratch, g, t.name)
+	t.kd.scratch = append(t.kd.scratch, enc...)
+	key := t.kd.scratch[len(enc):]
+	raw, ok, err := t.kd.backend.Get(key)
+	if err != nil {
+		return v, false, fmt.Errorf("state %q: get %v: %w", t.name, k, err)
+	}
+	if ok {
+		if v, err = t.vc.Decode(raw); err != nil {
+			return v, false, fmt.Errorf("state %q: value of %v: %w", t.name, k, err)
+		}
+	}
+	if _, err := t.kd.reserve(1); err != nil {
+		return v, false, err
+	}
+	t.m[k] = entry[V]{v: v, present: ok}
+	return v, ok, nil
+}
+
+// set caches v (or its absence) as the dirty value of k.
+func (t *table[K, V]) set(k K, v V, present bool) error {
+	e, ok := t.m[k]
+	if !ok {
+		if _, err := t.kd.reserve(1); err != nil {
+			return err
+		}
+	}
+	e.v, e.present = v, present
+	if !e.dirty {
+		e.dirty = true
+		t.dirty = append(t.dirty, k)
+	}
+	t.m[k] = e
+	return nil
+}
+
+func (t *table[K, V]) appendDirty(kd *Keyed) error {
+	for _, k := range t.dirty {
+		e := t.m[k]
+		enc, g, err := encodeKey(kd, t.kc, k)
+		if err != nil {
+			return fmt.Errorf("state %q: %w", t.name, err)
+		}
+		var v []byte
+		if e.present {
+			start := len(kd.buf)
+			kd.buf = t.vc.Append(kd.buf, e.v)
+			v = kd.buf[start:len(kd.buf):len(kd.buf)]
+		}
+		kd.appendOp(g, t.name, enc, e.present, v)
+	}
+	return nil
+}
+
+func (t *table[K, V]) markClean() {
+	for _, k := range t.dirty {
+		e := t.m[k]
+		e.dirty = false
+		t.m[k] = e
+	}
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
+}
+
+func (t *table[K, V]) evict(n int) int {
+	freed := 0
+	for k, e := range t.m {
+		if freed == n {
+			break
+		}
+		if !e.dirty {
+			delete(t.m, k)
+			freed++
+		}
+	}
+	return freed
+}
