@@ -1,0 +1,313 @@
+package barrier
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var seedFlag = flag.Uint64("seed", 0, "run TestAlignerRandom for this seed only (0: random seeds)")
+
+// TestAlignerRandom feeds the aligner random interleavings of per-input
+// streams and checks every action against a model of the task that owns it.
+// A failure prints the seed and the trace; -seed reruns that case alone.
+func TestAlignerRandom(t *testing.T) {
+	seeds := []uint64{*seedFlag}
+	if *seedFlag == 0 {
+		base := uint64(time.Now().UnixNano())
+		seeds = make([]uint64, 2000)
+		for i := range seeds {
+			seeds[i] = base + uint64(i)
+		}
+	}
+	for _, seed := range seeds {
+		if s, err := simulate(seed); err != nil {
+			t.Fatalf("seed %d: %v\nrerun: go test ./barrier -run TestAlignerRandom -seed %d\n%s", seed, err, seed, s)
+		}
+	}
+}
+
+type eventKind uint8
+
+const (
+	record eventKind = iota
+	barrierEvent
+	cancelEvent
+	endEvent
+)
+
+type event struct {
+	kind eventKind
+	id   CheckpointID
+}
+
+func (e event) String() string {
+	switch e.kind {
+	case record:
+		return "record"
+	case barrierEvent:
+		return fmt.Sprintf("barrier %d", e.id)
+	case cancelEvent:
+		return fmt.Sprintf("cancel %d", e.id)
+	}
+	return "end"
+}
+
+// genStreams returns one stream per input: records, then for each id in
+// order its barrier, or (sometimes) a cancel or nothing; some streams end,
+// possibly early, the others stay open with nothing more to read.
+func genStreams(r *rand.Rand, n int) [][]event {
+	maxID := 1 + r.IntN(8)
+	pSkip, pCancel := 0.0, 0.0
+	if r.IntN(3) > 0 {
+		pSkip, pCancel = r.Float64()*0.2, r.Float64()*0.1
+	}
+	streams := make([][]event, n)
+	for i := range streams {
+		var s []event
+		for id := range CheckpointID(maxID + 1) {
+			for range r.IntN(3) {
+				s = append(s, event{kind: record})
+			}
+			switch p := r.Float64(); {
+			case p < pSkip:
+			case p < pSkip+pCancel:
+				s = append(s, event{kind: cancelEvent, id: id})
+			default:
+				s = append(s, event{kind: barrierEvent, id: id})
+			}
+		}
+		if r.IntN(3) == 0 {
+			s = append(s[:r.IntN(len(s)+1)], event{kind: endEvent})
+		}
+		streams[i] = s
+	}
+	return streams
+}
+
+// model is the task that owns the aligner: it reads only unblocked inputs and
+// checks each action it is given.
+type model struct {
+	mode    Mode
+	a       *Aligner
+	streams [][]event
+	next    []int  // index of the next event to read, per input
+	blocked []bool // as told by Block and Resume
+	ended   []bool
+	// delivered[i] holds the barrier ids read on input i.
+	delivered []map[CheckpointID]bool
+	decided   []Action // Snapshot and Abort, in order
+	endOut    bool     // EndOfInput was returned
+	trace     strings.Builder
+}
+
+// simulate runs one seeded case and returns its trace and the first broken
+// property.
+func simulate(seed uint64) (trace string, err error) {
+	r := rand.New(rand.NewPCG(seed, seed))
+	n := 1 + r.IntN(4)
+	m := &model{
+		mode:      []Mode{ExactlyOnce, AtLeastOnce}[r.IntN(2)],
+		streams:   genStreams(r, n),
+		next:      make([]int, n),
+		blocked:   make([]bool, n),
+		ended:     make([]bool, n),
+		delivered: make([]map[CheckpointID]bool, n),
+	}
+	m.a = NewAligner(n, m.mode)
+	fmt.Fprintf(&m.trace, "%v, %d inputs\n", m.mode, n)
+	for i, s := range m.streams {
+		m.delivered[i] = map[CheckpointID]bool{}
+		fmt.Fprintf(&m.trace, "stream %d: %v\n", i, s)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+		trace = m.trace.String()
+	}()
+	for {
+		var readable []int
+		for i := range n {
+			if !m.blocked[i] && m.next[i] < len(m.streams[i]) {
+				readable = append(readable, i)
+			}
+		}
+		if len(readable) == 0 {
+			return "", m.checkOutcome()
+		}
+		i := readable[r.IntN(len(readable))]
+		if err := m.step(i); err != nil {
+			return "", err
+		}
+	}
+}
+
+// step reads the next event of input i and applies the aligner's actions.
+func (m *model) step(i int) error {
+	if m.blocked[i] {
+		return fmt.Errorf("read blocked input %d", i)
+	}
+	e := m.streams[i][m.next[i]]
+	m.next[i]++
+	var acts []Action
+	switch e.kind {
+	case barrierEvent:
+		m.delivered[i][e.id] = true
+		acts = m.a.OnBarrier(i, Barrier{ID: e.id})
+	case cancelEvent:
+		acts = m.a.OnCancel(i, e.id)
+	case endEvent:
+		m.ended[i] = true
+		acts = m.a.OnEndOfInput(i)
+	}
+	fmt.Fprintf(&m.trace, "input %d: %v -> %v\n", i, e, acts)
+	for _, act := range acts {
+		if err := m.apply(i, e, act); err != nil {
+			return fmt.Errorf("input %d: %v -> %v: %w", i, e, act, err)
+		}
+	}
+	return m.checkState()
+}
+
+func (m *model) apply(i int, e event, act Action) error {
+	switch act.Kind {
+	case Block:
+		if m.mode != ExactlyOnce || act.Input != i || e.kind != barrierEvent || m.blocked[i] {
+			return fmt.Errorf("unexpected block")
+		}
+		m.blocked[i] = true
+	case Resume:
+		if !slices.Contains(m.blocked, true) {
+			return fmt.Errorf("resume with nothing blocked")
+		}
+		clear(m.blocked)
+	case Snapshot:
+		if err := m.decide(act, act.Barrier.ID); err != nil {
+			return err
+		}
+		return m.checkSnapshot(act.Barrier.ID)
+	case Abort:
+		// Only a cancel for this id or a later one, or a later barrier,
+		// aborts a checkpoint.
+		if e.kind == endEvent || e.kind == record || e.id < act.ID || (e.kind == barrierEvent && e.id == act.ID) {
+			return fmt.Errorf("abort without a cancel or a newer barrier")
+		}
+		return m.decide(act, act.ID)
+	case EndOfInput:
+		if m.endOut || slices.Contains(m.ended, false) {
+			return fmt.Errorf("end-of-input twice or with a live input")
+		}
+		m.endOut = true
+	default:
+		return fmt.Errorf("unknown action")
+	}
+	return nil
+}
+
+// decide checks that id is decided once and after every earlier decision.
+func (m *model) decide(act Action, id CheckpointID) error {
+	for _, d := range m.decided {
+		did := d.ID
+		if d.Kind == Snapshot {
+			did = d.Barrier.ID
+		}
+		if did == id {
+			return fmt.Errorf("id already decided by %v", d)
+		}
+		if did > id {
+			return fmt.Errorf("id decided after %v", d)
+		}
+	}
+	m.decided = append(m.decided, act)
+	return nil
+}
+
+// checkSnapshot checks that every live input delivered barrier id; in
+// exactly-once, that it read nothing after it: its last event is that barrier.
+func (m *model) checkSnapshot(id CheckpointID) error {
+	for j := range m.streams {
+		switch {
+		case m.ended[j]:
+		case !m.delivered[j][id]:
+			return fmt.Errorf("input %d has not delivered the barrier", j)
+		case m.mode == ExactlyOnce && m.streams[j][m.next[j]-1] != (event{kind: barrierEvent, id: id}):
+			return fmt.Errorf("input %d read past the barrier", j)
+		}
+	}
+	return nil
+}
+
+// checkState compares the model with the aligner after each step.
+func (m *model) checkState() error {
+	live := 0
+	for j := range m.streams {
+		if m.a.Blocked(j) != m.blocked[j] || m.a.Ended(j) != m.ended[j] {
+			return fmt.Errorf("input %d: aligner says blocked=%v ended=%v, model %v %v",
+				j, m.a.Blocked(j), m.a.Ended(j), m.blocked[j], m.ended[j])
+		}
+		if !m.ended[j] && !m.blocked[j] {
+			live++
+		}
+	}
+	if live == 0 && slices.Contains(m.blocked, true) {
+		return fmt.Errorf("every live input is blocked")
+	}
+	return nil
+}
+
+// checkOutcome runs once nothing is readable. In exactly-once the snapshots
+// are known from the streams alone: id N is snapshotted exactly when some
+// input carries barrier N and every input either carries it or ended before
+// any id ≥ N. End-of-input is returned exactly when every stream ended.
+func (m *model) checkOutcome() error {
+	if all := !slices.Contains(m.ended, false); all != m.endOut {
+		return fmt.Errorf("every input ended: %v, end-of-input returned: %v", all, m.endOut)
+	}
+	if m.mode != ExactlyOnce {
+		for j, s := range m.streams {
+			if m.next[j] < len(s) {
+				return fmt.Errorf("at-least-once left input %d unread", j)
+			}
+		}
+		return nil
+	}
+	var want, got []CheckpointID
+	for id := range CheckpointID(16) {
+		carried, agree := false, true
+		for _, s := range m.streams {
+			if slices.Contains(s, event{kind: barrierEvent, id: id}) {
+				carried = true
+			} else if !endsBefore(s, id) {
+				agree = false
+			}
+		}
+		if carried && agree {
+			want = append(want, id)
+		}
+	}
+	for _, d := range m.decided {
+		if d.Kind == Snapshot {
+			got = append(got, d.Barrier.ID)
+		}
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("snapshots %v, want %v", got, want)
+	}
+	return nil
+}
+
+// endsBefore reports whether stream s ends with no barrier or cancel of an
+// id ≥ id.
+func endsBefore(s []event, id CheckpointID) bool {
+	if len(s) == 0 || s[len(s)-1].kind != endEvent {
+		return false
+	}
+	return !slices.ContainsFunc(s, func(e event) bool {
+		return (e.kind == barrierEvent || e.kind == cancelEvent) && e.id >= id
+	})
+}
