@@ -1,0 +1,93 @@
+package kafkatest
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Produce writes recs synchronously, each to its Topic and Partition (the
+// partitioner is manual, so a test knows where every record lands), and fails
+// the test if any write fails.
+func Produce(t testing.TB, brokers []string, recs ...*kgo.Record) {
+	t.Helper()
+	cl := Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := cl.ProduceSync(timeoutContext(t), recs...).FirstErr(); err != nil {
+		t.Fatalf("kafkatest: produce: %v", err)
+	}
+}
+
+// ConsumeAll reads every record of topic that is committed when it is
+// called, read_committed: records of aborted transactions and transaction
+// markers are left out, records of open transactions are not reached. The
+// result is ordered by partition, then offset.
+func ConsumeAll(t testing.TB, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	ctx := timeoutContext(t)
+	adm := Admin(t, brokers)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: consume %q: list start offsets: %v", topic, err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: consume %q: list last stable offsets: %v", topic, err)
+	}
+
+	// next holds, per partition still to read, the offset read up to; a
+	// partition is done when next reaches its end.
+	end := make(map[int32]int64)
+	next := make(map[int32]int64)
+	from := make(map[int32]kgo.Offset)
+	ends.Each(func(o kadm.ListedOffset) {
+		start, _ := starts.Lookup(topic, o.Partition)
+		if start.Offset < o.Offset {
+			end[o.Partition] = o.Offset
+			next[o.Partition] = start.Offset
+			from[o.Partition] = kgo.NewOffset().At(start.Offset)
+		}
+	})
+	if len(from) == 0 {
+		return nil
+	}
+
+	// Transaction markers are kept so that we see the position pass the
+	// end even when a partition ends with an aborted transaction.
+	cl := Client(t, brokers,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)
+	var recs []*kgo.Record
+	for len(next) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if errs := fetches.Errors(); len(errs) > 0 {
+			t.Fatalf("kafkatest: consume %q: partition %d: %v (still to read, partition: offset: %v, ends %v)",
+				topic, errs[0].Partition, errs[0].Err, next, end)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if _, reading := next[r.Partition]; !reading || r.Offset >= end[r.Partition] {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				recs = append(recs, r)
+			}
+			if next[r.Partition] = r.Offset + 1; next[r.Partition] >= end[r.Partition] {
+				delete(next, r.Partition)
+			}
+		})
+	}
+	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	return recs
+}

@@ -1,0 +1,86 @@
+package kafkatest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// topicSeq tells apart topics made by one test.
+var topicSeq atomic.Uint64
+
+// illegalTopicChars matches what Kafka does not allow in a topic name.
+var illegalTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// CreateTopic creates topic with the given number of partitions and
+// replication factor 1, and waits until every partition has a leader.
+func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
+	t.Helper()
+	ctx := timeoutContext(t)
+	adm := Admin(t, brokers)
+	if _, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic); err != nil {
+		t.Fatalf("kafkatest: create topic %q: %v", topic, err)
+	}
+	// Real Kafka answers CreateTopics before every partition has a leader;
+	// wait so that the test's first produce or list does not race that.
+	for !ready(ctx, adm, topic, partitions) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kafkatest: topic %q: partitions without leader: %v", topic, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ready reports whether topic has its partitions, each with a leader.
+func ready(ctx context.Context, adm *kadm.Client, topic string, partitions int) bool {
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil || details.Error() != nil {
+		return false
+	}
+	ps := details[topic].Partitions
+	if len(ps) != partitions {
+		return false
+	}
+	for _, p := range ps {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// NewTopic creates a topic with a name unique to this test run and deletes
+// it when the test ends. It returns the name.
+func NewTopic(t testing.TB, brokers []string, partitions int) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d-%d", illegalTopicChars.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano(), topicSeq.Add(1))
+	if len(name) > 200 {
+		name = name[len(name)-200:]
+	}
+	CreateTopic(t, brokers, name, partitions)
+	t.Cleanup(func() { deleteTopic(t, brokers, name) })
+	return name
+}
+
+// deleteTopic deletes topic at the end of a test. The test's context is
+// already cancelled then, and a failure only leaves a topic behind.
+func deleteTopic(t testing.TB, brokers []string, topic string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Logf("kafkatest: delete topic %q: %v", topic, err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, topic); err != nil {
+		t.Logf("kafkatest: delete topic %q: %v", topic, err)
+	}
+}
