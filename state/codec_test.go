@@ -54,7 +54,9 @@ func TestCodecOrder(t *testing.T) {
 	checkOrder(t, CodecFor[string](), []string{"", "a", "ab", "b"})
 }
 
-func checkOrder[T interface{ ~int32 | ~int64 | ~float64 | ~string }](t *testing.T, c Codec[T], vs []T) {
+func checkOrder[T interface {
+	~int32 | ~int64 | ~float64 | ~string
+}](t *testing.T, c Codec[T], vs []T) {
 	t.Helper()
 	slices.Sort(vs)
 	for i := 1; i < len(vs); i++ {

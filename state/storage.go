@@ -72,6 +72,18 @@ func SubtaskPath(uid string, subtask int) string {
 	return filepath.Join(uid, strconv.Itoa(subtask))
 }
 
+// CheckpointFiles turns the files a backend's persist returned for subtask
+// of operator uid (relative to its subtask folder) into the paths relative to
+// the checkpoint folder that SubtaskSnapshot.Files records.
+func CheckpointFiles(uid string, subtask int, files []File) []File {
+	out := make([]File, len(files))
+	for i, f := range files {
+		f.Path = filepath.Join(SubtaskPath(uid, subtask), f.Path)
+		out[i] = f
+	}
+	return out
+}
+
 // SubtaskDir creates (if needed) and returns the folder that subtask of the
 // operator uid writes checkpoint id into. uid must be a plain name.
 func (s *Storage) SubtaskDir(id barrier.CheckpointID, uid string, subtask int) (string, error) {
@@ -115,6 +127,19 @@ func (s *Storage) Abort(id barrier.CheckpointID) error {
 		return fmt.Errorf("abort checkpoint %s: %w", CheckpointName(id), err)
 	}
 	return SyncDir(s.dir)
+}
+
+// Restore returns what subtask i of parallelism p of operator uid restores
+// from checkpoint md (see Redistribute); an operator absent from md gets
+// nothing.
+func (s *Storage) Restore(md Metadata, uid string, p, i int) (OperatorState, []Restored) {
+	op := md.Operators[uid]
+	st, snaps := Redistribute(op, md.MaxParallelism, p, i)
+	restored := make([]Restored, len(snaps))
+	for j, snap := range snaps {
+		restored[j] = Restored{CheckpointDir: s.Path(md.ID), Snapshot: snap}
+	}
+	return st, restored
 }
 
 // Checkpoint is one checkpoint folder as List sees it.

@@ -1,0 +1,10 @@
+package state_test
+
+import (
+	"testing"
+
+	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/state/statetest"
+)
+
+func TestMemoryBackend(t *testing.T) { statetest.Run(t, state.NewMemoryFactory()) }
