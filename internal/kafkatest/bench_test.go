@@ -1,0 +1,106 @@
+package kafkatest
+
+import (
+	"flag"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var benchRecords = flag.Int("kafkatest.records", 1_000_000, "records BenchmarkConsume preloads")
+
+// BenchmarkConsume measures the raw franz-go consume rate, the baseline the
+// Kafka source is held to: it preloads ~100 B JSON records round-robin over 4
+// partitions (uncompressed), then times a plain PollFetches loop that reads
+// them all from the start, touching every key and value. Against the
+// embedded broker by default, against real Kafka with EBBFLOW_KAFKA_BROKERS:
+//
+//	go test -run XXX -bench Consume -benchtime 3x ./internal/kafkatest/
+//
+// cpu-µs/rec is this process's CPU time, so it includes the embedded broker
+// but not a real one.
+func BenchmarkConsume(b *testing.B) {
+	const partitions = 4
+	n := *benchRecords
+	brokers := Brokers(b)
+	topic := NewTopic(b, brokers, partitions)
+	bytes := preload(b, brokers, topic, n, partitions)
+
+	from := make(map[int32]kgo.Offset)
+	for p := range int32(partitions) {
+		from[p] = kgo.NewOffset().AtStart()
+	}
+	var cpu time.Duration
+	for b.Loop() {
+		before := cpuTime(b)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, touched := 0, 0
+		for got < n {
+			fetches := cl.PollFetches(b.Context())
+			if errs := fetches.Errors(); len(errs) > 0 {
+				b.Fatalf("consume: %v", errs[0].Err)
+			}
+			fetches.EachRecord(func(r *kgo.Record) {
+				got++
+				touched += len(r.Key) + len(r.Value)
+			})
+		}
+		cl.Close()
+		cpu += cpuTime(b) - before
+		if got != n || touched != bytes {
+			b.Fatalf("consumed %d records of %d bytes, want %d of %d", got, touched, n, bytes)
+		}
+	}
+	b.SetBytes(int64(bytes))
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rec/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "cpu-µs/rec")
+}
+
+// preload produces n records round-robin over the topic's partitions and
+// returns their key and value bytes. Records are made one at a time so the
+// benchmark holds no large pointer slice for the GC to scan.
+func preload(b *testing.B, brokers []string, topic string, n, partitions int) int {
+	b.Helper()
+	cl := Client(b, brokers,
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.DefaultProduceTopic(topic),
+	)
+	var failed atomic.Pointer[error]
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	}
+	bytes := 0
+	for i := range n {
+		key := fmt.Appendf(nil, "u%05d", i%100_000)
+		value := fmt.Appendf(nil, `{"user":"u%05d","amount":%d,"ts":%d,"kind":"purchase","region":"eu-west-1","seq":%09d}`,
+			i%100_000, i%997, 1_700_000_000_000+int64(i), i)
+		bytes += len(key) + len(value)
+		cl.Produce(b.Context(), &kgo.Record{Partition: int32(i % partitions), Key: key, Value: value}, promise)
+	}
+	if err := cl.Flush(b.Context()); err != nil {
+		b.Fatalf("preload: flush: %v", err)
+	}
+	if err := failed.Load(); err != nil {
+		b.Fatalf("preload: %v", *err)
+	}
+	return bytes
+}
+
+// cpuTime returns the CPU time, user and system, this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
