@@ -39,6 +39,15 @@ pid() {
   echo "$p"
 }
 
+# tools installs Java and Maven from Debian's packages when they are missing
+# (the machine image normally has them).
+tools() {
+  command -v java >/dev/null && command -v mvn >/dev/null && return
+  echo "kafka.sh: installing Java and Maven"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless maven >/dev/null
+}
+
 # fetch copies kafka_2.13 and its runtime dependencies into $LIBS, unless the
 # cached jars are for the same versions.
 fetch() {
@@ -143,6 +152,7 @@ start() {
       exit 1
     fi
   done
+  tools
   fetch
   configure
   go build -o "$HOME_DIR/kafkaping" ./internal/kafkatest/cmd/kafkaping

@@ -118,8 +118,8 @@ func checkTransactionVisibility(t *testing.T, brokers []string) {
 	}
 	for p := range int32(partitions) {
 		o, _ := hwm.Lookup(topic, p)
-		if min := int64(5 * perPartition); o.Offset < min {
-			t.Errorf("partition %d: high watermark %d, want at least %d (all records incl. aborted and open)", p, o.Offset, min)
+		if written := int64(5 * perPartition); o.Offset < written {
+			t.Errorf("partition %d: high watermark %d, want at least %d (all records incl. aborted and open)", p, o.Offset, written)
 		}
 	}
 	end(kgo.TryAbort)
