@@ -1,0 +1,145 @@
+package runtime
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the job's Prometheus metrics, registered once per Job on the
+// injected Registerer (a private registry when none is given). Records are
+// counted per batch, never per record.
+type metrics struct {
+	job              string
+	recordsInVec     *prometheus.CounterVec
+	recordsOutVec    *prometheus.CounterVec
+	checkpoints      *prometheus.CounterVec
+	inProgress       prometheus.Gauge
+	duration         prometheus.Histogram
+	lastDuration     prometheus.Gauge
+	lastSize         prometheus.Gauge
+	lastID           prometheus.Gauge
+	lastCompleted    prometheus.Gauge
+	alignmentSeconds prometheus.Histogram
+	restarts         prometheus.Counter
+	restores         prometheus.Counter
+	// counters resolved per operator once, so the hot path does no lookup
+	in, out map[string]prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	reg = prometheus.WrapRegistererWith(prometheus.Labels{"job": job}, reg)
+	m := &metrics{
+		job: job,
+		recordsInVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_operator_records_in_total",
+			Help: "Records received by the first operator of each chain (sources: records read)."}, []string{"operator"}),
+		recordsOutVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_operator_records_out_total",
+			Help: "Records sent by an operator to other subtasks."}, []string{"operator"}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_checkpoints_total",
+			Help: "Checkpoints by outcome."}, []string{"status"}),
+		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_checkpoints_in_progress",
+			Help: "Checkpoints triggered and not yet completed or aborted."}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_checkpoint_duration_seconds",
+			Help: "Time from trigger to completion of checkpoints.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		lastDuration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_duration_seconds",
+			Help: "Duration of the last completed checkpoint."}),
+		lastSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_size_bytes",
+			Help: "Bytes of state files referenced by the last completed checkpoint."}),
+		lastID: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_id",
+			Help: "Id of the last completed checkpoint."}),
+		lastCompleted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_completed_timestamp_seconds",
+			Help: "Unix time the last checkpoint completed."}),
+		alignmentSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_checkpoint_alignment_seconds",
+			Help: "Time subtasks spent aligning barriers (first to last barrier).", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_job_restarts_total",
+			Help: "In-process restarts after a failure."}),
+		restores: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_restores_total",
+			Help: "Runs that restored a checkpoint."}),
+		in:  map[string]prometheus.Counter{},
+		out: map[string]prometheus.Counter{},
+	}
+	reg.MustRegister(m.recordsInVec, m.recordsOutVec, m.checkpoints, m.inProgress, m.duration, m.lastDuration,
+		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.restarts, m.restores)
+	for _, s := range []string{"completed", "failed"} {
+		m.checkpoints.WithLabelValues(s)
+	}
+	for _, u := range uids {
+		m.in[u] = m.recordsInVec.WithLabelValues(u)
+		m.out[u] = m.recordsOutVec.WithLabelValues(u)
+	}
+	return m
+}
+
+func (m *metrics) recordsIn(uid string, n int) {
+	if n > 0 {
+		m.in[uid].Add(float64(n))
+	}
+}
+
+func (m *metrics) recordsOut(uid string) func(int) {
+	c := m.out[uid]
+	return func(n int) { c.Add(float64(n)) }
+}
+
+func (m *metrics) alignment(d time.Duration) { m.alignmentSeconds.Observe(d.Seconds()) }
+
+// registerer gives an operator subtask a Registerer labelled with its
+// operator and subtask, and remembers what it registered so that a restart
+// can register the same metrics again.
+func (t *task) registerer(uid string) prometheus.Registerer {
+	reg := t.att.job.opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"job": t.att.job.opts.Name, "operator": uid,
+		"subtask": strconv.Itoa(t.subtask)}, reg)
+	tr := &trackingRegisterer{inner: wrapped}
+	t.registered = append(t.registered, tr)
+	return tr
+}
+
+func (t *task) unregister() {
+	for _, r := range t.registered {
+		r.unregisterAll()
+	}
+}
+
+type trackingRegisterer struct {
+	inner prometheus.Registerer
+	mu    sync.Mutex
+	cs    []prometheus.Collector
+}
+
+func (r *trackingRegisterer) Register(c prometheus.Collector) error {
+	if err := r.inner.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cs = append(r.cs, c)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *trackingRegisterer) Unregister(c prometheus.Collector) bool { return r.inner.Unregister(c) }
+
+func (r *trackingRegisterer) unregisterAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.cs {
+		r.inner.Unregister(c)
+	}
+	r.cs = nil
+}

@@ -1,0 +1,236 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// ErrRestore marks a failure to restore a checkpoint (missing, corrupt or
+// incompatible state): restarting will not help.
+var ErrRestore = errors.New("runtime: restore failed")
+
+// Run runs the job until its bounded sources end, Stop is called, or ctx is
+// cancelled, restarting in-process from the latest completed checkpoint after
+// a failure. It returns only when every goroutine it started has ended.
+// Cancelling ctx returns ctx's error; the state stays at the last checkpoint.
+func (j *Job) Run(ctx context.Context) error {
+	if j.built {
+		return errors.New("runtime: job already ran")
+	}
+	j.built = true
+	if err := j.opts.validate(); err != nil {
+		return fmt.Errorf("job %q: %w", j.opts.Name, err)
+	}
+	if err := errors.Join(j.errs...); err != nil {
+		return fmt.Errorf("job %q: %w", j.opts.Name, err)
+	}
+	p, err := buildPlan(j.nodes)
+	if err != nil {
+		return fmt.Errorf("job %q: %w", j.opts.Name, err)
+	}
+	uids := make([]string, len(j.nodes))
+	for i, n := range j.nodes {
+		uids[i] = n.uid
+	}
+	j.metrics = newMetrics(j.opts.Registerer, j.opts.Name, uids)
+	log := j.opts.Logger.With("job", j.opts.Name)
+
+	dataDir := j.opts.DataDir
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "ebbflow-")
+		if err != nil {
+			return fmt.Errorf("job %q: make data dir: %w", j.opts.Name, err)
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = tmp
+	}
+	jobDir := filepath.Join(dataDir, "jobs", j.opts.Name)
+	storage, err := state.OpenStorage(filepath.Join(jobDir, "checkpoints"))
+	if err != nil {
+		return fmt.Errorf("job %q: open checkpoints: %w", j.opts.Name, err)
+	}
+
+	md, ok, err := j.restorePoint(storage, log, j.opts.Restore)
+	if err != nil {
+		return fmt.Errorf("job %q: %w", j.opts.Name, err)
+	}
+	backoff := j.opts.Restart.InitialBackoff
+	failures := 0
+	for attemptNo := 0; ; attemptNo++ {
+		att := &attempt{job: j, plan: p, storage: storage, jobDir: jobDir, number: attemptNo, log: log.With("attempt", attemptNo)}
+		if ok {
+			att.restored = &md
+		}
+		err := att.run(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrRestore) || att.stopping.Load() {
+			return fmt.Errorf("job %q: %w", j.opts.Name, err)
+		}
+		if att.progressed.Load() {
+			failures, backoff = 0, j.opts.Restart.InitialBackoff
+		}
+		failures++
+		if j.opts.Restart.MaxAttempts < 0 || failures > j.opts.Restart.MaxAttempts {
+			return fmt.Errorf("job %q failed after %d restarts: %w", j.opts.Name, failures-1, err)
+		}
+		log.Warn("job failed; restarting from the latest checkpoint", "err", err, "backoff", backoff, "restart", failures)
+		j.metrics.restarts.Inc()
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, j.opts.Restart.MaxBackoff)
+		if md, ok, err = j.restorePoint(storage, log, RestoreLatest); err != nil {
+			return fmt.Errorf("job %q: %w", j.opts.Name, err)
+		}
+	}
+}
+
+// restorePoint finds the checkpoint to restore.
+func (j *Job) restorePoint(storage *state.Storage, log *slog.Logger, rp RestorePoint) (state.Metadata, bool, error) {
+	switch rp.kind {
+	case RestoreNone.kind:
+		return state.Metadata{}, false, nil
+	case 2:
+		md, err := storage.Load(rp.id)
+		if err != nil {
+			return md, false, fmt.Errorf("%w: checkpoint %d: %w", ErrRestore, rp.id, err)
+		}
+		return md, true, nil
+	}
+	md, skipped, err := storage.Latest()
+	for _, s := range skipped {
+		log.Warn("checkpoint skipped", "reason", s)
+	}
+	if errors.Is(err, state.ErrNoCheckpoint) {
+		// Only incomplete folders (a crash before the first checkpoint
+		// completed) allow a fresh start; completed but unreadable ones do not.
+		for _, s := range skipped {
+			if !errors.Is(s, state.ErrIncomplete) {
+				return md, false, fmt.Errorf("%w: no checkpoint verifies: %w", ErrRestore, errors.Join(skipped...))
+			}
+		}
+		return md, false, nil
+	}
+	if err != nil {
+		return md, false, fmt.Errorf("%w: %w", ErrRestore, err)
+	}
+	return md, true, nil
+}
+
+// attempt is one run of the job's tasks, from (re)start to the end or the
+// first failure. It owns every goroutine it starts.
+type attempt struct {
+	job      *Job
+	plan     *plan
+	storage  *state.Storage
+	jobDir   string
+	number   int
+	log      *slog.Logger
+	restored *state.Metadata
+
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	wg        sync.WaitGroup
+	coord     *coordinator
+	waitFirst bool // sources wait for the initial checkpoint to complete
+	firstID   barrier.CheckpointID
+
+	stopping   atomic.Bool
+	progressed atomic.Bool // a checkpoint completed in this attempt
+}
+
+func (a *attempt) goAsync(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+}
+
+// fail ends the attempt with err (the first cause wins).
+func (a *attempt) fail(err error) { a.cancel(err) }
+
+func (a *attempt) checkpointCompleted(barrier.CheckpointID) { a.progressed.Store(true) }
+
+func (a *attempt) run(parent context.Context) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	a.ctx, a.cancel = ctx, cancel
+
+	next := barrier.CheckpointID(0)
+	if a.restored != nil {
+		next = a.restored.ID + 1
+		a.job.metrics.restores.Inc()
+		a.log.Info("restoring", "checkpoint", a.restored.ID)
+	} else {
+		// A fresh start continues after any id already on disk, so
+		// checkpoints of an earlier run are superseded, never overwritten.
+		cps, err := a.storage.List()
+		if err != nil {
+			return err
+		}
+		if len(cps) > 0 {
+			next = cps[len(cps)-1].ID + 1
+		}
+		a.waitFirst, a.firstID = true, next
+	}
+	if err := a.checkRestorable(); err != nil {
+		return err
+	}
+	a.coord = newCoordinator(a, a.storage, next)
+	tasks, err := a.buildTasks(ctx)
+	if err != nil {
+		return err
+	}
+	a.coord.setTasks(tasks)
+	opened, err := a.openTasks(tasks)
+	defer a.closeTasks(opened)
+	if err != nil {
+		return err
+	}
+
+	coordCtx, stopCoord := context.WithCancel(ctx)
+	var coordDone sync.WaitGroup
+	coordDone.Add(1)
+	go func() {
+		defer coordDone.Done()
+		a.coord.run(coordCtx, a.restored == nil)
+	}()
+
+	var tasksDone sync.WaitGroup
+	for _, t := range tasks {
+		tasksDone.Add(1)
+		go func() {
+			defer tasksDone.Done()
+			if err := t.run(ctx); err != nil && ctx.Err() == nil {
+				a.fail(fmt.Errorf("task %s: %w", t.name(), err))
+			}
+		}()
+	}
+	tasksDone.Wait()
+	stopCoord()
+	coordDone.Wait()
+	cancel(nil)
+	a.wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return parent.Err()
+}

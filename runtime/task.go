@@ -1,0 +1,358 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// reader is the data side of a source link.
+type reader interface {
+	read() (int, error)
+}
+
+// task runs one subtask of a chain on one goroutine: it reads its source or
+// its gate, pushes batches through the chained links, and performs the
+// checkpoint actions.
+type task struct {
+	att     *attempt
+	chain   *chain
+	subtask int
+	log     *slog.Logger
+	links   []link
+	ctxs    []*Context
+	timers  *timerSet
+	mailbox *mailbox
+	outs    []exchange
+
+	// source chains
+	src reader
+
+	// chains with inputs
+	gate    *gate
+	aligner *barrier.Aligner
+	input   any // typed consumer of the head link
+	alignAt time.Time
+
+	waitComplete *barrier.CheckpointID // a source waits for this before reading on
+	registered   []*trackingRegisterer
+
+	final    *barrier.CheckpointID // snapshotted the final checkpoint; end after its completion
+	lastDone barrier.CheckpointID
+	hasDone  bool
+}
+
+func (t *task) name() string {
+	return fmt.Sprintf("%s (%d/%d)", t.chain.name, t.subtask+1, t.chain.parallelism)
+}
+
+// run is the task goroutine's body.
+func (t *task) run(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("task %s panicked: %v", t.name(), r)
+		}
+	}()
+	if t.src != nil {
+		return t.runSource(ctx)
+	}
+	return t.runInput(ctx)
+}
+
+func (t *task) runSource(ctx context.Context) error {
+	finished := false
+	batch := t.att.job.opts.BatchSize
+	for {
+		done, err := t.handleMailbox()
+		if err != nil || done {
+			return err
+		}
+		if err := t.fireTimers(); err != nil {
+			return err
+		}
+		if finished || t.waitComplete != nil || t.final != nil {
+			if err := t.wait(ctx, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := t.src.read()
+		if n > 0 {
+			t.att.job.metrics.recordsIn(t.chain.nodes[0].uid, n)
+		}
+		if errors.Is(err, io.EOF) {
+			finished = true
+			t.att.coord.sourceFinished(t)
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		if n < batch {
+			if err := t.flushOuts(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (t *task) runInput(ctx context.Context) error {
+	for {
+		done, err := t.handleMailbox()
+		if err != nil || done {
+			return err
+		}
+		if err := t.fireTimers(); err != nil {
+			return err
+		}
+		i, env, ok, pending := t.gate.poll()
+		if !ok {
+			if err := t.flushOuts(); err != nil {
+				return err
+			}
+			if err := t.wait(ctx, t.gate.notEmpty); err != nil {
+				return err
+			}
+			continue
+		}
+		switch env.kind {
+		case evRecords:
+			n, err := t.chain.nodes[0].deliver(t.input, env.records)
+			t.att.job.metrics.recordsIn(t.chain.nodes[0].uid, n)
+			if err != nil {
+				return err
+			}
+			if !pending {
+				if err := t.flushOuts(); err != nil {
+					return err
+				}
+			}
+		case evBarrier:
+			if err := t.perform(ctx, t.aligner.OnBarrier(i, env.barrier)); err != nil {
+				return err
+			}
+		case evCancel:
+			if err := t.perform(ctx, t.aligner.OnCancel(i, env.cancel)); err != nil {
+				return err
+			}
+		case evEndOfInput:
+			acts := t.aligner.OnEndOfInput(i)
+			if err := t.perform(ctx, acts); err != nil {
+				return err
+			}
+			if len(acts) > 0 && acts[len(acts)-1].Kind == barrier.EndOfInput {
+				return t.finish(ctx)
+			}
+		}
+	}
+}
+
+// perform carries out the aligner's actions.
+func (t *task) perform(ctx context.Context, acts []barrier.Action) error {
+	for _, a := range acts {
+		switch a.Kind {
+		case barrier.Block:
+			if t.alignAt.IsZero() {
+				t.alignAt = time.Now()
+			}
+			t.gate.setBlocked(a.Input, true)
+		case barrier.Resume:
+			t.gate.unblockAll()
+		case barrier.Snapshot:
+			if !t.alignAt.IsZero() {
+				t.att.job.metrics.alignment(time.Since(t.alignAt))
+				t.alignAt = time.Time{}
+			}
+			if err := t.checkpoint(ctx, a.Barrier); err != nil {
+				return err
+			}
+		case barrier.Abort:
+			t.alignAt = time.Time{}
+			t.att.coord.decline(a.ID, fmt.Errorf("task %s: checkpoint %d aborted during alignment", t.name(), a.ID))
+			if err := t.emit(envelope{kind: evCancel, cancel: a.ID}); err != nil {
+				return err
+			}
+		case barrier.EndOfInput:
+			// handled by the caller, after the final checkpoint completed
+		}
+	}
+	return nil
+}
+
+// finish ends a task whose inputs all ended: it waits until a final
+// checkpoint it took completed (so sinks commit), then ends its outputs.
+func (t *task) finish(ctx context.Context) error {
+	for t.final != nil {
+		if err := t.wait(ctx, nil); err != nil {
+			return err
+		}
+		if _, err := t.handleMailbox(); err != nil {
+			return err
+		}
+	}
+	if err := t.emit(envelope{kind: evEndOfInput}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkpoint snapshots every link for barrier b, forwards b and acks.
+func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
+	snaps := make([]state.SubtaskSnapshot, len(t.links))
+	var persists []func() error
+	for k, l := range t.links {
+		n := t.chain.nodes[k]
+		var dir string
+		if n.keyed {
+			var err error
+			if dir, err = t.att.storage.SubtaskDir(b.ID, n.uid, t.subtask); err != nil {
+				return err
+			}
+		}
+		snap, persist, err := l.snapshot(b.ID, dir)
+		if err != nil {
+			return fmt.Errorf("snapshot %q subtask %d for checkpoint %d: %w", n.uid, t.subtask, b.ID, err)
+		}
+		snap.Subtask = t.subtask
+		snaps[k] = snap
+		if persist != nil {
+			persists = append(persists, func() error {
+				files, err := persist()
+				if err != nil {
+					return fmt.Errorf("persist state of %q subtask %d for checkpoint %d: %w", n.uid, t.subtask, b.ID, err)
+				}
+				snaps[k].Files = state.CheckpointFiles(n.uid, t.subtask, files)
+				return nil
+			})
+		}
+	}
+	if err := t.emit(envelope{kind: evBarrier, barrier: b}); err != nil {
+		return err
+	}
+	if b.Final {
+		id := b.ID
+		t.final = &id
+	}
+	t.att.coord.ack(ctx, t, b.ID, snaps, persists)
+	return nil
+}
+
+// handleMailbox applies the coordinator's notices. done is true when a
+// source task finished its final checkpoint and ended its outputs.
+func (t *task) handleMailbox() (done bool, err error) {
+	select {
+	case <-t.mailbox.signal:
+	default:
+		return false, nil
+	}
+	n := t.mailbox.take()
+	if n.hasDone && (!t.hasDone || n.completed > t.lastDone) {
+		t.lastDone, t.hasDone = n.completed, true
+		for k, l := range t.links {
+			if err := l.notifyComplete(n.completed); err != nil {
+				return false, fmt.Errorf("notify %q subtask %d that checkpoint %d completed: %w",
+					t.chain.nodes[k].uid, t.subtask, n.completed, err)
+			}
+		}
+		if t.waitComplete != nil && n.completed >= *t.waitComplete {
+			t.waitComplete = nil
+		}
+		if t.final != nil && n.completed >= *t.final {
+			t.final = nil
+			if t.src != nil {
+				return true, t.emit(envelope{kind: evEndOfInput})
+			}
+		}
+	}
+	if n.hasAborted {
+		if t.waitComplete != nil && n.aborted >= *t.waitComplete {
+			return false, fmt.Errorf("initial checkpoint %d failed", *t.waitComplete)
+		}
+		if t.final != nil && n.aborted >= *t.final {
+			return false, fmt.Errorf("final checkpoint %d failed", *t.final)
+		}
+	}
+	if n.trigger != nil {
+		if err := t.checkpoint(t.att.ctx, *n.trigger); err != nil {
+			return false, err
+		}
+		if t.att.waitFirst && n.trigger.ID == t.att.firstID {
+			id := n.trigger.ID
+			t.waitComplete = &id
+		}
+	}
+	return false, nil
+}
+
+// wait blocks until the mailbox, the gate (if not nil), a timer or ctx.
+func (t *task) wait(ctx context.Context, gate <-chan struct{}) error {
+	var timerC <-chan time.Time
+	if at, ok := t.timers.next(); ok {
+		d := time.Until(at)
+		if d <= 0 {
+			return nil
+		}
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		timerC = tm.C
+	}
+	select {
+	case <-t.mailbox.signal:
+		signal(t.mailbox.signal) // leave it for handleMailbox
+	case <-gate:
+	case <-timerC:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (t *task) fireTimers() error {
+	at, ok := t.timers.next()
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	if now.Before(at) {
+		return nil
+	}
+	for k, due := range t.timers.at {
+		if due.IsZero() || now.Before(due) {
+			continue
+		}
+		t.timers.at[k] = time.Time{}
+		if th := t.links[k].timerHandler(); th != nil {
+			if err := th.OnTimer(now); err != nil {
+				return fmt.Errorf("timer of %q subtask %d: %w", t.chain.nodes[k].uid, t.subtask, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (t *task) flushOuts() error {
+	for _, o := range t.outs {
+		if err := o.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *task) emit(env envelope) error {
+	for _, o := range t.outs {
+		if err := o.event(env); err != nil {
+			return err
+		}
+	}
+	return nil
+}
