@@ -112,11 +112,16 @@ num.partitions=1
 auto.create.topics.enable=true
 default.replication.factor=1
 min.insync.replicas=1
+# Internal topics: one replica, and one partition each so that the first
+# group or transaction does not wait for 50 partitions to be created.
 offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
 group.initial.rebalance.delay.ms=0
 EOF
   cat >"$HOME_DIR/log4j2.properties" <<EOF
