@@ -164,9 +164,12 @@ start() {
 
   rm -rf "$DATA"
   : >"$LOG_FILE"
-  # A KRaft cluster id is 16 random bytes in URL-safe base64 without padding.
-  local cluster_id
-  cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  # A KRaft cluster id is 16 random bytes in URL-safe base64 without padding;
+  # like Kafka's own generator, never one starting with "-" (read as a flag).
+  local cluster_id=-
+  while [ "${cluster_id:0:1}" = - ]; do
+    cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  done
   if ! "${JAVA[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$HOME_DIR/server.properties" >>"$LOG_FILE" 2>&1; then
     fail_start "formatting KRaft storage failed"
   fi
