@@ -1,0 +1,190 @@
+package agg
+
+import (
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"github.com/axiomhq/hyperloglog"
+)
+
+// The sketch functions (rbm32, rbm64, hll) keep a serialized sketch in a
+// bytes column and merge by union. Inputs are serialized sketches too, built
+// with Bitmap32Value, Bitmap64Value or HLLValue; an empty bytes value is an
+// empty sketch. Every result is re-serialized, so a corrupt input is an
+// ErrCorruptInput error when it is merged, never stored.
+
+// sketch is the part of a sketch library the union functions need.
+type sketch[S any] struct {
+	name   string
+	decode func(b []byte) (S, error)
+	union  func(acc, in S) error
+	encode func(S) ([]byte, error)
+}
+
+func (k sketch[S]) merge(acc, in Value) (Value, error) {
+	if in.IsNull() {
+		return acc, nil
+	}
+	b, err := k.decode([]byte(in.s))
+	if err != nil {
+		return Value{}, fmt.Errorf("%w: %s input: %v", ErrCorruptInput, k.name, err)
+	}
+	if !acc.IsNull() {
+		a, err := k.decode([]byte(acc.s))
+		if err != nil {
+			return Value{}, fmt.Errorf("%w: %s accumulator: %v", ErrCorruptInput, k.name, err)
+		}
+		if err := k.union(a, b); err != nil {
+			return Value{}, fmt.Errorf("%w: %s union: %v", ErrCorruptInput, k.name, err)
+		}
+		b = a
+	}
+	out, err := k.encode(b)
+	if err != nil {
+		return Value{}, fmt.Errorf("%s encode: %w", k.name, err)
+	}
+	return BytesValue(out), nil
+}
+
+// guard turns a panic of a decoder fed corrupt bytes into an error.
+func guard[S any](decode func([]byte) (S, error)) func([]byte) (S, error) {
+	return func(b []byte) (s S, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("decode panicked: %v", r)
+			}
+		}()
+		return decode(b)
+	}
+}
+
+var rbm32 = sketch[*roaring.Bitmap]{
+	name: "rbm32",
+	decode: guard(func(b []byte) (*roaring.Bitmap, error) {
+		bm := roaring.New()
+		if len(b) == 0 {
+			return bm, nil
+		}
+		if err := bm.UnmarshalBinary(b); err != nil {
+			return nil, err
+		}
+		return bm, bm.Validate()
+	}),
+	union: func(a, b *roaring.Bitmap) error { a.Or(b); return nil },
+	encode: func(bm *roaring.Bitmap) ([]byte, error) {
+		bm.RunOptimize()
+		return bm.ToBytes()
+	},
+}
+
+var rbm64 = sketch[*roaring64.Bitmap]{
+	name: "rbm64",
+	decode: guard(func(b []byte) (*roaring64.Bitmap, error) {
+		bm := roaring64.New()
+		if len(b) == 0 {
+			return bm, nil
+		}
+		if err := bm.UnmarshalBinary(b); err != nil {
+			return nil, err
+		}
+		return bm, bm.Validate()
+	}),
+	union: func(a, b *roaring64.Bitmap) error { a.Or(b); return nil },
+	encode: func(bm *roaring64.Bitmap) ([]byte, error) {
+		bm.RunOptimize()
+		return bm.ToBytes()
+	},
+}
+
+// hllPrecision is fixed so that every sketch of a column can be merged:
+// 2^14 registers, a standard error of about 0.81%.
+const hllPrecision = 14
+
+var hll = sketch[*hyperloglog.Sketch]{
+	name: "hll",
+	decode: guard(func(b []byte) (*hyperloglog.Sketch, error) {
+		sk := hyperloglog.New14()
+		if len(b) == 0 {
+			return sk, nil
+		}
+		if err := sk.UnmarshalBinary(b); err != nil {
+			return nil, err
+		}
+		return sk, nil
+	}),
+	union:  func(a, b *hyperloglog.Sketch) error { return a.Merge(b) },
+	encode: encodeHLL,
+}
+
+// encodeHLL serializes a sketch canonically, so that equal sketches are
+// equal bytes and an unchanged row is seen as unchanged. The library's own
+// encoding depends on insertion order; Estimate sorts the sparse list, and a
+// sparse list longer than the dense form (which only a set of more than 2^p
+// hashes can produce in both) is replaced by the dense registers.
+func encodeHLL(sk *hyperloglog.Sketch) ([]byte, error) {
+	sk.Estimate()
+	b, err := sk.MarshalBinary()
+	if err != nil || len(b) <= 1<<hllPrecision {
+		return b, err
+	}
+	dense := hyperloglog.NewNoSparse()
+	if err := dense.Merge(sk); err != nil {
+		return nil, err
+	}
+	return dense.MarshalBinary()
+}
+
+func buildRBM32(Type, map[string]string) (mergeFn, mergeFn, error) { return rbm32.merge, nil, nil }
+func buildRBM64(Type, map[string]string) (mergeFn, mergeFn, error) { return rbm64.merge, nil, nil }
+func buildHLL(Type, map[string]string) (mergeFn, mergeFn, error)   { return hll.merge, nil, nil }
+
+// Bitmap32Value returns a serialized 32-bit roaring bitmap of ids, the input
+// of an rbm32 column.
+func Bitmap32Value(ids ...uint32) Value {
+	b, err := rbm32.encode(roaring.BitmapOf(ids...))
+	if err != nil {
+		panic(fmt.Sprintf("agg: serialize rbm32: %v", err)) // writes to memory cannot fail
+	}
+	return BytesValue(b)
+}
+
+// Bitmap64Value returns a serialized 64-bit roaring bitmap of ids, the input
+// of an rbm64 column.
+func Bitmap64Value(ids ...uint64) Value {
+	b, err := rbm64.encode(roaring64.BitmapOf(ids...))
+	if err != nil {
+		panic(fmt.Sprintf("agg: serialize rbm64: %v", err))
+	}
+	return BytesValue(b)
+}
+
+// HLLValue returns a serialized HyperLogLog sketch of items, the input of an
+// hll column.
+func HLLValue(items ...[]byte) Value {
+	sk := hyperloglog.New14()
+	for _, it := range items {
+		sk.Insert(it)
+	}
+	b, err := hll.encode(sk)
+	if err != nil {
+		panic(fmt.Sprintf("agg: serialize hll: %v", err))
+	}
+	return BytesValue(b)
+}
+
+// Bitmap32 decodes an rbm32 column value; a null reads as an empty bitmap.
+func Bitmap32(v Value) (*roaring.Bitmap, error) { return rbm32.decode([]byte(v.s)) }
+
+// Bitmap64 decodes an rbm64 column value; a null reads as an empty bitmap.
+func Bitmap64(v Value) (*roaring64.Bitmap, error) { return rbm64.decode([]byte(v.s)) }
+
+// HLLEstimate returns the approximate number of distinct items in an hll
+// column value; a null reads as zero.
+func HLLEstimate(v Value) (uint64, error) {
+	sk, err := hll.decode([]byte(v.s))
+	if err != nil {
+		return 0, fmt.Errorf("%w: hll: %v", ErrCorruptInput, err)
+	}
+	return sk.Estimate(), nil
+}
