@@ -9,7 +9,9 @@
 // work, so exactly-once producers and consumers behave as against a real
 // broker. It is one broker, listening on 127.0.0.1 only.
 //
-// Invariants: a Broker returned by Start is listening; Close is idempotent and
-// frees the port before it returns. Without Options.DataDir every record lives
-// in memory and is gone after Close.
+// Invariants: a Broker returned by Start is listening; Close is idempotent,
+// frees the port and (with a DataDir) has saved the broker's state before it
+// returns. kfake offers no way to wait for its own goroutines: they notice
+// Close and end shortly after. Without Options.DataDir every record lives in
+// memory and is gone after Close.
 package embedded
