@@ -1,0 +1,115 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/operators"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/state/pebblestate"
+)
+
+// Benchmarks count one op per record: ns/op is ns per record, allocs/op
+// allocations per record. Run with: go test ./runtime -run ^$ -bench . -benchtime 20000000x
+
+
+func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build func(j *runtime.Job, sink func() runtime.Sink[operators.Event])) {
+	var got atomic.Int64
+	opts := runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: par,
+		Checkpoint: runtime.CheckpointOptions{Interval: interval}}
+	if keyed {
+		opts.StateBackend = pebblestate.NewFactory(pebblestate.Options{})
+	}
+	j := runtime.NewJob(opts)
+	build(j, operators.NewDiscard[operators.Event](&got))
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := j.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	if got.Load() == 0 {
+		b.Fatal("nothing reached the sink")
+	}
+}
+
+func intervals() []time.Duration { return []time.Duration{0, time.Second} }
+
+func BenchmarkChainedMapFilter(b *testing.B) {
+	for _, par := range []int{1, 2} {
+		for _, iv := range intervals() {
+			b.Run(fmt.Sprintf("p=%d/checkpoint=%s", par, iv), func(b *testing.B) {
+				benchJob(b, par, iv, false, func(j *runtime.Job, sink func() runtime.Sink[operators.Event]) {
+					src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: uint64(b.N), Splits: 2}))
+					m := runtime.Map(src, "map", func(e operators.Event) operators.Event { e.Value++; return e })
+					f := runtime.Filter(m, "filter", func(e operators.Event) bool { return e.Value != 0 })
+					runtime.SinkTo(f, "discard", sink)
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkKeyByExchange(b *testing.B) {
+	for _, par := range []int{1, 2} {
+		for _, iv := range intervals() {
+			b.Run(fmt.Sprintf("p=%d/checkpoint=%s", par, iv), func(b *testing.B) {
+				benchJob(b, par, iv, false, func(j *runtime.Job, sink func() runtime.Sink[operators.Event]) {
+					src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: uint64(b.N), Splits: 2, Keys: 100_000}))
+					ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return e.Key }, state.Uint64Codec{})
+					p := runtime.Process(ks, "pass", func() runtime.KeyedProcessor[uint64, operators.Event, operators.Event] { return passKeyed{} })
+					runtime.SinkTo(p, "discard", sink)
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkKeyedSumPebble(b *testing.B) {
+	for _, par := range []int{1, 2} {
+		for _, iv := range intervals() {
+			b.Run(fmt.Sprintf("p=%d/checkpoint=%s", par, iv), func(b *testing.B) {
+				benchJob(b, par, iv, true, func(j *runtime.Job, sink func() runtime.Sink[operators.Event]) {
+					src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: uint64(b.N), Splits: 2, Keys: 100_000}))
+					ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return e.Key }, state.Uint64Codec{})
+					sums := runtime.Reduce(ks, "sum", func(acc, v operators.Event) operators.Event { v.Value += acc.Value; return v }, eventCodec{})
+					runtime.SinkTo(sums, "discard", sink)
+				})
+			})
+		}
+	}
+}
+
+// passKeyed forwards records: a keyBy exchange without state.
+type passKeyed struct{}
+
+func (passKeyed) Open(*runtime.Context, *state.Keyed) error { return nil }
+func (passKeyed) Process(_ uint64, v operators.Event, out *runtime.Collector[operators.Event]) error {
+	out.Emit(v)
+	return nil
+}
+func (passKeyed) Close() error { return nil }
+
+// eventCodec is a compact binary codec for the benchmark's state.
+type eventCodec struct{}
+
+func (eventCodec) Append(dst []byte, e operators.Event) []byte {
+	dst = state.Uint64Codec{}.Append(dst, e.Seq)
+	dst = state.Uint64Codec{}.Append(dst, e.Key)
+	return state.Int64Codec{}.Append(dst, e.Value)
+}
+
+func (eventCodec) Decode(src []byte) (operators.Event, error) {
+	if len(src) != 24 {
+		return operators.Event{}, fmt.Errorf("event: %d bytes: %w", len(src), state.ErrCorrupt)
+	}
+	seq, _ := state.Uint64Codec{}.Decode(src[:8])
+	key, _ := state.Uint64Codec{}.Decode(src[8:16])
+	v, _ := state.Int64Codec{}.Decode(src[16:])
+	return operators.Event{Seq: seq, Key: key, Value: v}, nil
+}
