@@ -16,7 +16,6 @@ import (
 // Benchmarks count one op per record: ns/op is ns per record, allocs/op
 // allocations per record. Run with: go test ./runtime -run ^$ -bench . -benchtime 20000000x
 
-
 func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build func(j *runtime.Job, sink func() runtime.Sink[operators.Event])) {
 	var got atomic.Int64
 	opts := runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: par,
