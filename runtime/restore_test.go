@@ -1,0 +1,182 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/eotest"
+	"github.com/ebbflow/ebbflow/operators"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// syncBuffer is a log sink safe for concurrent handlers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// restoredProbe records which checkpoint its subtask restored.
+type restoredProbe struct {
+	runtime.Sink[operators.Event]
+	got *atomic.Int64 // checkpoint id + 1; 0: fresh
+}
+
+func (p restoredProbe) Open(ctx *runtime.Context) error {
+	if ctx.RestoredOK {
+		p.got.Store(int64(ctx.Restored) + 1)
+	}
+	return p.Sink.Open(ctx)
+}
+
+func completed(t *testing.T, dir string) []state.Checkpoint {
+	t.Helper()
+	s, err := state.OpenStorage(filepath.Join(dir, "jobs", "restore", "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cps, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []state.Checkpoint
+	for _, c := range cps {
+		if c.Completed {
+			done = append(done, c)
+		}
+	}
+	return done
+}
+
+// TestCorruptCheckpointFallsBack corrupts the newest checkpoint: the next run
+// names it in the log and restores the one before.
+func TestCorruptCheckpointFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	var restored atomic.Int64
+	run := func(stopAfter time.Duration, logs *syncBuffer) error {
+		opts := runtime.Options{Name: "restore", DataDir: dir,
+			Checkpoint: runtime.CheckpointOptions{Interval: 10 * time.Millisecond, Retain: 3},
+			Restart:    runtime.RestartOptions{MaxAttempts: -1}}
+		if logs != nil {
+			opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		}
+		j := runtime.NewJob(opts)
+		eotest.Build(j, eotest.Config{Count: 1 << 40, Keys: 10, Parallelism: 2, Rate: 20_000,
+			WrapSink: func(s runtime.Sink[operators.Event]) runtime.Sink[operators.Event] {
+				return restoredProbe{s, &restored}
+			}}, filepath.Join(dir, "out"))
+		time.AfterFunc(stopAfter, j.Stop)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return j.Run(ctx)
+	}
+	if err := run(200*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := completed(t, dir)
+	if len(done) < 2 {
+		t.Fatalf("want at least 2 retained checkpoints, have %d", len(done))
+	}
+	newest, previous := done[len(done)-1], done[len(done)-2]
+	md := filepath.Join(newest.Dir, state.MetadataFile)
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(md, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	if err := run(50*time.Millisecond, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if got := barrier.CheckpointID(restored.Load() - 1); restored.Load() == 0 || got != previous.ID {
+		t.Fatalf("restored checkpoint %d, want %d (the one before the corrupt %d)", got, previous.ID, newest.ID)
+	}
+	if !strings.Contains(logs.String(), newest.Name) || !strings.Contains(logs.String(), "checkpoint skipped") {
+		t.Fatalf("the log does not name the corrupt checkpoint %s:\n%s", newest.Name, logs.String())
+	}
+}
+
+// TestOnlyCorruptCheckpointsRefuseFreshStart: a data directory whose
+// completed checkpoints are all corrupt must not silently start over.
+func TestOnlyCorruptCheckpointsRefuseFreshStart(t *testing.T) {
+	dir := t.TempDir()
+	j := runtime.NewJob(runtime.Options{Name: "restore", DataDir: dir, Checkpoint: runtime.CheckpointOptions{Retain: 1}})
+	eotest.Build(j, eotest.Config{Count: 1000, Keys: 10, Parallelism: 1}, filepath.Join(dir, "out"))
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range completed(t, dir) {
+		if err := os.WriteFile(filepath.Join(c.Dir, state.MetadataFile), []byte("garbage"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j = runtime.NewJob(runtime.Options{Name: "restore", DataDir: dir})
+	eotest.Build(j, eotest.Config{Count: 1000, Keys: 10, Parallelism: 1}, filepath.Join(dir, "out"))
+	err := j.Run(context.Background())
+	if !errors.Is(err, runtime.ErrRestore) {
+		t.Fatalf("run over corrupt checkpoints: %v, want ErrRestore", err)
+	}
+}
+
+// slowSnapshot blocks a sink's snapshot longer than the checkpoint timeout
+// once, so that checkpoint is aborted while the job goes on.
+type slowSnapshot struct {
+	runtime.Sink[operators.Event]
+	once *sync.Once
+}
+
+func (s slowSnapshot) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
+	if id > 0 {
+		s.once.Do(func() { time.Sleep(300 * time.Millisecond) })
+	}
+	return s.Sink.Snapshot(id)
+}
+
+func TestCheckpointTimeoutAbortsAndJobGoesOn(t *testing.T) {
+	dir := t.TempDir()
+	reg := newRegistry()
+	j := runtime.NewJob(runtime.Options{Name: "timeout", DataDir: dir, Registerer: reg,
+		Checkpoint: runtime.CheckpointOptions{Interval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond}})
+	var once sync.Once
+	out := filepath.Join(dir, "out")
+	eotest.Build(j, eotest.Config{Count: 40_000, Keys: 10, Parallelism: 1, Rate: 40_000,
+		WrapSink: func(s runtime.Sink[operators.Event]) runtime.Sink[operators.Event] { return slowSnapshot{s, &once} },
+	}, out)
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := eotest.Check(out, 40_000, 10); err != nil {
+		t.Fatal(err)
+	}
+	if failed := counter(t, reg, "ebbflow_checkpoints_total", "failed"); failed < 1 {
+		t.Fatalf("checkpoints failed = %v, want the timed-out one counted", failed)
+	}
+	if ok := counter(t, reg, "ebbflow_checkpoints_total", "completed"); ok < 3 {
+		t.Fatalf("checkpoints completed = %v, want the job to go on checkpointing", ok)
+	}
+}
