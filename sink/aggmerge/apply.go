@@ -1,0 +1,283 @@
+package aggmerge
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+)
+
+// Result tells what an Apply changed.
+type Result struct {
+	Entries   int // log entries appended (an update counts two)
+	Unchanged int // writes that left their row as it was
+}
+
+// applyState is the writer's scratch memory, reused across Applies; it is
+// guarded by writeMu.
+type applyState struct {
+	pending map[string]int // encoded key -> index in touched
+	touched []touchedRow
+	chunks  []chunkBuf // by bucket
+	used    []uint32   // buckets with records, in first-use order
+	oldVals []agg.Value
+	newVals []agg.Value
+	rowKey  []byte
+	chunk   []byte
+}
+
+type touchedRow struct {
+	key    string
+	bucket uint32
+	row    []byte // nil when the row is deleted
+}
+
+type chunkBuf struct {
+	n       int    // records
+	offsets uint64 // offsets taken
+	recs    []byte
+	rows    int64 // row count delta
+}
+
+// Apply applies the batch atomically: for each write it reads the old row,
+// merges, and appends the log entries, all in one pebble batch, so rows and
+// log never disagree. A write that leaves its row unchanged appends nothing.
+// On error nothing is applied. The batch may be reused after Reset.
+func (t *Table) Apply(b *Batch) (Result, error) {
+	if b.t != t {
+		return Result{}, fmt.Errorf("%w: batch of another table", ErrBadWrite)
+	}
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.mu.RLock()
+	closed := t.mu.closed
+	t.mu.RUnlock()
+	if closed {
+		return Result{}, ErrClosed
+	}
+	st := t.applyState()
+	defer st.reset()
+	var res Result
+	for i := range b.writes {
+		w := &b.writes[i]
+		key := b.keys[w.keyStart:w.keyEnd]
+		changed, err := t.applyWrite(st, b, w, key)
+		if err != nil {
+			return Result{}, t.writeError(i, key, err)
+		}
+		if !changed {
+			res.Unchanged++
+		}
+	}
+	for _, m := range b.marks {
+		st.record(m.bucket, encoding.Record{Op: encoding.OpMarker, Marker: m.m}, 0)
+	}
+	return res, t.commit(st, b, &res)
+}
+
+func (t *Table) applyState() *applyState {
+	if t.scratch == nil {
+		t.scratch = &applyState{pending: make(map[string]int), chunks: make([]chunkBuf, t.schema.Buckets)}
+	}
+	return t.scratch
+}
+
+func (st *applyState) reset() {
+	clear(st.pending)
+	clear(st.touched) // drop row references
+	st.touched = st.touched[:0]
+	for _, b := range st.used {
+		st.chunks[b] = chunkBuf{recs: st.chunks[b].recs[:0]}
+	}
+	st.used = st.used[:0]
+}
+
+func (st *applyState) record(bucket uint32, r encoding.Record, rows int64) {
+	c := &st.chunks[bucket]
+	if c.n == 0 {
+		st.used = append(st.used, bucket)
+	}
+	c.n++
+	c.offsets += r.Op.Offsets()
+	c.rows += rows
+	c.recs = encoding.AppendRecord(c.recs, r)
+}
+
+func (t *Table) writeError(i int, key []byte, err error) error {
+	k, kerr := encoding.DecodeKey(key, t.keyTypes)
+	if kerr != nil {
+		return fmt.Errorf("apply batch to %q: write %d: %w", t.dir, i, err)
+	}
+	return fmt.Errorf("apply batch to %q: write %d key %v: %w", t.dir, i, k, err)
+}
+
+// current returns the encoded row of key as the batch has left it so far.
+func (t *Table) current(st *applyState, bucket uint32, key []byte) ([]byte, error) {
+	if i, ok := st.pending[string(key)]; ok {
+		return st.touched[i].row, nil
+	}
+	t.mu.RLock()
+	row, known := t.mu.cache.get(key)
+	t.mu.RUnlock()
+	if known {
+		return row, nil
+	}
+	st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], bucket), key...)
+	v, closer, err := t.db.Get(st.rowKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	row = append([]byte(nil), v...)
+	return row, closer.Close()
+}
+
+// applyWrite merges one write into the batch's view of its row and records
+// its log entries. It reports whether the row changed.
+func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool, error) {
+	old, err := t.current(st, w.bucket, key)
+	if err != nil {
+		return false, err
+	}
+	if w.del && w.mode == Aggregate {
+		switch t.schema.Delete {
+		case DeleteIgnore:
+			return false, nil
+		case DeleteReject:
+			return false, ErrDeleteRejected
+		}
+	}
+	if old == nil && w.del && w.mode != Retract {
+		return false, nil
+	}
+	n := len(t.valTypes)
+	st.oldVals = st.oldVals[:0]
+	if old != nil {
+		if st.oldVals, err = encoding.DecodeRow(old, t.valTypes, st.oldVals); err != nil {
+			return false, fmt.Errorf("%w: stored row: %v", ErrCorrupt, err)
+		}
+	} else {
+		st.oldVals = append(st.oldVals, make([]agg.Value, n)...)
+	}
+	st.newVals = append(st.newVals[:0], st.oldVals...)
+	for j, c := range b.cols {
+		var in agg.Value
+		if w.val >= 0 {
+			in = b.vals[w.val+j]
+		}
+		var v agg.Value
+		switch {
+		case w.mode == Retract:
+			v, err = t.funcs[c].Retract(st.oldVals[c], in)
+		case w.del: // a clear: Aggregate with delete allowed, or Overwrite
+		case w.mode == Overwrite:
+			v = in
+		default:
+			v, err = t.funcs[c].Merge(st.oldVals[c], in)
+		}
+		if err != nil {
+			return false, fmt.Errorf("column %q: %w", t.schema.Values[c].Name, err)
+		}
+		st.newVals[c] = v
+	}
+	var row []byte
+	keep := w.mode == Aggregate && !w.del
+	if keep || !allNull(st.newVals) {
+		row = encoding.AppendRow(nil, t.valTypes, st.newVals)
+	}
+	if bytes.Equal(old, row) && (old == nil) == (row == nil) {
+		return false, nil
+	}
+	if i, ok := st.pending[string(key)]; ok {
+		st.touched[i].row = row
+	} else {
+		st.pending[string(key)] = len(st.touched)
+		st.touched = append(st.touched, touchedRow{key: string(key), bucket: w.bucket, row: row})
+	}
+	switch {
+	case old == nil:
+		st.record(w.bucket, encoding.Record{Op: encoding.OpInsert, Key: key, After: row}, 1)
+	case row == nil:
+		st.record(w.bucket, encoding.Record{Op: encoding.OpDelete, Key: key, Before: old}, -1)
+	default:
+		st.record(w.bucket, encoding.Record{Op: encoding.OpUpdate, Key: key, Before: old, After: row}, 0)
+	}
+	return true, nil
+}
+
+func allNull(vals []agg.Value) bool {
+	for _, v := range vals {
+		if !v.IsNull() {
+			return false
+		}
+	}
+	return true
+}
+
+// commit writes rows, log chunks and bucket states in one pebble batch, then
+// updates the cache and the in-memory bucket states.
+func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
+	if len(st.touched) == 0 && len(st.used) == 0 {
+		return nil
+	}
+	pb := t.db.NewBatch()
+	defer pb.Close()
+	for _, r := range st.touched {
+		st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], r.bucket), r.key...)
+		var err error
+		if r.row == nil {
+			err = pb.Delete(st.rowKey, nil)
+		} else {
+			err = pb.Set(st.rowKey, r.row, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+		}
+	}
+	t.mu.RLock()
+	states := make([]encoding.BucketState, len(st.used))
+	for i, bk := range st.used {
+		states[i] = t.mu.buckets[bk]
+	}
+	t.mu.RUnlock()
+	h := encoding.ChunkHeader{Writer: b.writer.ID, Epoch: b.writer.Epoch, Undo: b.undo}
+	for i, bk := range st.used {
+		c := &st.chunks[bk]
+		st.chunk = append(encoding.AppendChunkHeader(st.chunk[:0], h, c.n), c.recs...)
+		s := &states[i]
+		if err := pb.Set(encoding.LogKey(bk, s.LogEnd), st.chunk, nil); err != nil {
+			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+		}
+		s.LogEnd += c.offsets
+		s.Rows = uint64(int64(s.Rows) + c.rows)
+		res.Entries += int(c.offsets)
+		if err := pb.Set(encoding.BucketKey(bk), encoding.AppendBucketState(nil, *s), nil); err != nil {
+			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+		}
+	}
+	opt := pebble.NoSync
+	if t.opts.SyncWrites {
+		opt = pebble.Sync
+	}
+	if err := pb.Commit(opt); err != nil {
+		return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range st.touched {
+		if r.row == nil {
+			t.mu.cache.del(r.key)
+		} else {
+			t.mu.cache.put(r.key, r.row)
+		}
+	}
+	for i, bk := range st.used {
+		t.mu.buckets[bk] = states[i]
+	}
+	return nil
+}

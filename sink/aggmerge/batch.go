@@ -1,0 +1,192 @@
+package aggmerge
+
+import (
+	"fmt"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+)
+
+// Mode says how a write combines with the stored row.
+type Mode uint8
+
+// The merge modes.
+const (
+	// Aggregate merges each target column with its function (the default).
+	Aggregate Mode = iota
+	// Overwrite sets the target columns to the given values, bypassing the
+	// functions and the delete behaviour (used by undo). A row left with
+	// every value column null is deleted.
+	Overwrite
+	// Retract applies each target column's inverse; a batch naming a column
+	// whose function cannot retract refuses it. A row left with every value
+	// column null is deleted.
+	Retract
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Aggregate:
+		return "aggregate"
+	case Overwrite:
+		return "overwrite"
+	case Retract:
+		return "retract"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Writer identifies who writes a batch; it is recorded in every log entry.
+// A restarted writer has a higher epoch.
+type Writer struct {
+	ID    string
+	Epoch uint64
+}
+
+// Marker is a commit or rollback marker appended to a bucket's log.
+type Marker = encoding.Marker
+
+// Marker kinds.
+const (
+	MarkerCommit   = encoding.MarkerCommit
+	MarkerRollback = encoding.MarkerRollback
+)
+
+// Batch is a set of writes applied atomically by Table.Apply. It names its
+// target columns once: every write sets exactly those, and changes nothing
+// else. A batch is not safe for concurrent use; Reset reuses its memory.
+type Batch struct {
+	t         *Table
+	writer    Writer
+	undo      bool
+	cols      []int // target value columns, in the order values are given
+	allCols   bool
+	noRetract error // why Retract is refused, or nil
+	writes    []write
+	vals      []agg.Value // len(cols) values per write that carries values
+	keys      []byte      // encoded primary keys, back to back
+	marks     []mark
+}
+
+type write struct {
+	del      bool
+	mode     Mode
+	bucket   uint32
+	keyStart int
+	keyEnd   int
+	val      int // index of the first value in vals, or -1
+}
+
+type mark struct {
+	bucket uint32
+	m      Marker
+}
+
+// NewBatch starts a batch by w that writes the named value columns (all
+// value columns when columns is empty).
+func (t *Table) NewBatch(w Writer, columns []string) (*Batch, error) {
+	b := &Batch{t: t, writer: w}
+	if len(columns) == 0 {
+		b.allCols = true
+		for i := range t.schema.Values {
+			b.cols = append(b.cols, i)
+		}
+	}
+	seen := make(map[int]bool, len(columns))
+	for _, name := range columns {
+		i := t.schema.ValueIndex(name)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: no value column %q", ErrBadWrite, name)
+		}
+		if seen[i] {
+			return nil, fmt.Errorf("%w: column %q named twice", ErrBadWrite, name)
+		}
+		seen[i] = true
+		b.cols = append(b.cols, i)
+	}
+	b.allCols = len(b.cols) == len(t.schema.Values)
+	for _, i := range b.cols {
+		if f := t.funcs[i]; !f.CanRetract() {
+			b.noRetract = fmt.Errorf("%w: column %q: %w: function %s", ErrBadWrite, t.schema.Values[i].Name, agg.ErrCannotRetract, f.Name())
+			break
+		}
+	}
+	return b, nil
+}
+
+// SetUndo marks every log entry of the batch as written by an undo.
+func (b *Batch) SetUndo(undo bool) { b.undo = undo }
+
+// Len returns the number of writes and markers in the batch.
+func (b *Batch) Len() int { return len(b.writes) + len(b.marks) }
+
+// Reset empties the batch, keeping its writer, columns and memory.
+func (b *Batch) Reset() {
+	b.writes, b.vals, b.keys, b.marks = b.writes[:0], b.vals[:0], b.keys[:0], b.marks[:0]
+}
+
+// Upsert adds a write of vals (one per target column, nulls allowed) to the
+// row of key, in the given mode.
+func (b *Batch) Upsert(mode Mode, key, vals []agg.Value) error {
+	return b.add(false, mode, key, vals)
+}
+
+// Delete adds a delete of the row of key. In Aggregate mode the table's
+// delete behaviour decides; in Overwrite mode the target columns are
+// cleared (the whole row when they are all the value columns); vals must be
+// nil in both. In Retract mode a delete is the retraction of vals, exactly
+// like Upsert in Retract mode.
+func (b *Batch) Delete(mode Mode, key, vals []agg.Value) error {
+	if mode != Retract && vals != nil {
+		return fmt.Errorf("%w: a %s delete takes no values", ErrBadWrite, mode)
+	}
+	return b.add(true, mode, key, vals)
+}
+
+// Mark appends a marker to a bucket's log, after the batch's writes.
+func (b *Batch) Mark(bucket int, m Marker) error {
+	if bucket < 0 || bucket >= b.t.schema.Buckets {
+		return fmt.Errorf("%w: bucket %d not in [0, %d)", ErrBadWrite, bucket, b.t.schema.Buckets)
+	}
+	if m.Kind != MarkerCommit && m.Kind != MarkerRollback {
+		return fmt.Errorf("%w: marker kind %d", ErrBadWrite, m.Kind)
+	}
+	b.marks = append(b.marks, mark{bucket: uint32(bucket), m: m})
+	return nil
+}
+
+func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
+	switch mode {
+	case Aggregate, Overwrite:
+	case Retract:
+		if b.noRetract != nil {
+			return b.noRetract
+		}
+	default:
+		return fmt.Errorf("%w: %s", ErrBadWrite, mode)
+	}
+	w := write{del: del, mode: mode, keyStart: len(b.keys), val: -1}
+	keys, err := b.t.appendKey(b.keys, key, len(b.t.keyTypes))
+	if err != nil {
+		return err
+	}
+	w.keyEnd = len(keys)
+	w.bucket = uint32(BucketOf(keys[w.keyStart:], b.t.schema.Buckets))
+	if !del || mode == Retract {
+		if len(vals) != len(b.cols) {
+			return fmt.Errorf("%w: %d values for %d target columns", ErrBadWrite, len(vals), len(b.cols))
+		}
+		w.val = len(b.vals)
+		for i, v := range vals {
+			c, err := agg.Conform(b.t.valTypes[b.cols[i]], v)
+			if err != nil {
+				b.vals = b.vals[:w.val]
+				return fmt.Errorf("%w: column %q: %w", ErrBadWrite, b.t.schema.Values[b.cols[i]].Name, err)
+			}
+			b.vals = append(b.vals, c)
+		}
+	}
+	b.keys = keys
+	b.writes = append(b.writes, w)
+	return nil
+}

@@ -1,0 +1,258 @@
+package aggmerge
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+)
+
+// ChangeOp is the kind of a log entry.
+type ChangeOp uint8
+
+// The log entry kinds.
+const (
+	Insert       ChangeOp = iota + 1 // +I: a new row
+	UpdateBefore                     // -U: the row before an update
+	UpdateAfter                      // +U: the row after an update
+	Delete                           // -D: a removed row
+	MarkerEntry                      // a commit or rollback marker
+)
+
+func (o ChangeOp) String() string {
+	switch o {
+	case Insert:
+		return "+I"
+	case UpdateBefore:
+		return "-U"
+	case UpdateAfter:
+		return "+U"
+	case Delete:
+		return "-D"
+	case MarkerEntry:
+		return "marker"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Entry is one log entry. Before and After are the full value columns of
+// the row before and after the change (nil where there is no row); an
+// update's -U and +U entries both carry both images. Markers have no key.
+type Entry struct {
+	Offset uint64
+	Op     ChangeOp
+	Key    []agg.Value
+	Before []agg.Value
+	After  []agg.Value
+	Writer Writer
+	Undo   bool
+	Marker Marker
+}
+
+// LogOffsets returns the first retained offset and the end offset (the next
+// offset to be written) of a bucket's log.
+func (t *Table) LogOffsets(bucket int) (start, end uint64, err error) {
+	if err := t.checkBucket(bucket); err != nil {
+		return 0, 0, err
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := t.mu.buckets[bucket]
+	return s.LogStart, s.LogEnd, nil
+}
+
+// LogEnds returns the end offset of every bucket's log.
+func (t *Table) LogEnds() []uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]uint64, len(t.mu.buckets))
+	for i, s := range t.mu.buckets {
+		out[i] = s.LogEnd
+	}
+	return out
+}
+
+func (t *Table) checkBucket(bucket int) error {
+	if bucket < 0 || bucket >= t.schema.Buckets {
+		return fmt.Errorf("%w: bucket %d not in [0, %d)", ErrBadWrite, bucket, t.schema.Buckets)
+	}
+	return nil
+}
+
+// ReadLog calls fn for each entry of a bucket's log from offset from to the
+// end as of the call, in offset order, on one consistent snapshot. Reading
+// from the end reads nothing; from beyond the end is ErrBeyondLogEnd, from
+// below the retained start ErrBelowLogStart. An error from fn stops the read
+// and is returned.
+func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
+	if err := t.checkBucket(bucket); err != nil {
+		return err
+	}
+	// The snapshot's own bucket state gives offsets that match its chunks.
+	snap := t.db.NewSnapshot()
+	defer snap.Close()
+	b := uint32(bucket)
+	raw, closer, err := snap.Get(encoding.BucketKey(b))
+	if err != nil {
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, err)
+	}
+	s, err := encoding.DecodeBucketState(raw)
+	_ = closer.Close()
+	if err != nil {
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, err)
+	}
+	start, end := s.LogStart, s.LogEnd
+	switch {
+	case from > end:
+		return fmt.Errorf("read log of %q bucket %d from %d: %w %d", t.dir, bucket, from, ErrBeyondLogEnd, end)
+	case from < start:
+		return fmt.Errorf("read log of %q bucket %d from %d: %w %d", t.dir, bucket, from, ErrBelowLogStart, start)
+	case from == end:
+		return nil
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: encoding.LogKey(b, 0), UpperBound: encoding.LogKey(b, end)})
+	if err != nil {
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, err)
+	}
+	defer it.Close()
+	// The chunk holding from starts at or before it.
+	ok := it.SeekLT(encoding.LogKey(b, from+1))
+	if !ok {
+		ok = it.First()
+	}
+	var e Entry
+	for ; ok; ok = it.Next() {
+		if err := t.readChunk(b, it.Key(), it.Value(), from, &e, fn); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+func (t *Table) readChunk(bucket uint32, k, v []byte, from uint64, e *Entry, fn func(*Entry) error) error {
+	_, off, err := encoding.ParseLogKey(k)
+	if err != nil {
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, err)
+	}
+	h, recs, err := encoding.DecodeChunk(v)
+	if err != nil {
+		return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, bucket, off, err)
+	}
+	for _, r := range recs {
+		n := r.Op.Offsets()
+		if off+n <= from {
+			off += n
+			continue
+		}
+		*e = Entry{Writer: Writer{ID: h.Writer, Epoch: h.Epoch}, Undo: h.Undo, Marker: r.Marker}
+		if r.Op != encoding.OpMarker {
+			if e.Key, err = encoding.DecodeKey(r.Key, t.keyTypes); err == nil {
+				e.Before, e.After, err = t.decodeImages(r)
+			}
+			if err != nil {
+				return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, bucket, off, err)
+			}
+		}
+		for _, op := range entryOps(r.Op) {
+			if off >= from {
+				e.Offset, e.Op = off, op
+				if err := fn(e); err != nil {
+					return err
+				}
+			}
+			off++
+		}
+	}
+	return nil
+}
+
+func (t *Table) decodeImages(r encoding.Record) (before, after []agg.Value, err error) {
+	if r.Before != nil {
+		if before, err = encoding.DecodeRow(r.Before, t.valTypes, nil); err != nil {
+			return nil, nil, err
+		}
+	}
+	if r.After != nil {
+		if after, err = encoding.DecodeRow(r.After, t.valTypes, nil); err != nil {
+			return nil, nil, err
+		}
+	}
+	return before, after, nil
+}
+
+var (
+	opsInsert = []ChangeOp{Insert}
+	opsUpdate = []ChangeOp{UpdateBefore, UpdateAfter}
+	opsDelete = []ChangeOp{Delete}
+	opsMarker = []ChangeOp{MarkerEntry}
+)
+
+func entryOps(op encoding.Op) []ChangeOp {
+	switch op {
+	case encoding.OpInsert:
+		return opsInsert
+	case encoding.OpUpdate:
+		return opsUpdate
+	case encoding.OpDelete:
+		return opsDelete
+	}
+	return opsMarker
+}
+
+// Truncate drops a bucket's log entries below offset below. Entries are
+// dropped in whole chunks (the entries of one batch), so some entries below
+// the offset may stay; none at or above it is ever dropped. Truncating
+// beyond the end is ErrBeyondLogEnd.
+func (t *Table) Truncate(bucket int, below uint64) error {
+	if err := t.checkBucket(bucket); err != nil {
+		return err
+	}
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	start, end, err := t.LogOffsets(bucket)
+	if err != nil {
+		return err
+	}
+	if below > end {
+		return fmt.Errorf("truncate log of %q bucket %d below %d: %w %d", t.dir, bucket, below, ErrBeyondLogEnd, end)
+	}
+	if below <= start {
+		return nil
+	}
+	b := uint32(bucket)
+	keep := end // first offset of the chunk holding below; end when below == end
+	if below < end {
+		it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: encoding.LogKey(b, 0), UpperBound: encoding.LogKey(b, end)})
+		if err != nil {
+			return fmt.Errorf("truncate log of %q bucket %d: %w", t.dir, bucket, err)
+		}
+		if it.SeekLT(encoding.LogKey(b, below+1)) {
+			_, keep, err = encoding.ParseLogKey(it.Key())
+		}
+		if cerr := it.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("truncate log of %q bucket %d: %w", t.dir, bucket, err)
+		}
+	}
+	if keep <= start {
+		return nil
+	}
+	t.mu.RLock()
+	s := t.mu.buckets[bucket]
+	t.mu.RUnlock()
+	s.LogStart = keep
+	pb := t.db.NewBatch()
+	defer pb.Close()
+	_ = pb.DeleteRange(encoding.LogKey(b, 0), encoding.LogKey(b, keep), nil)
+	_ = pb.Set(encoding.BucketKey(b), encoding.AppendBucketState(nil, s), nil)
+	if err := pb.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("truncate log of %q bucket %d: %w", t.dir, bucket, err)
+	}
+	t.mu.Lock()
+	t.mu.buckets[bucket] = s
+	t.mu.Unlock()
+	return nil
+}

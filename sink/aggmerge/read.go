@@ -1,0 +1,122 @@
+package aggmerge
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+)
+
+// Row is one row of a table: its key and value columns in schema order.
+type Row struct {
+	Key    []agg.Value
+	Values []agg.Value
+}
+
+// Get returns the row of key, from the row cache when it holds it.
+func (t *Table) Get(key []agg.Value) (Row, bool, error) {
+	k, err := t.EncodeKey(key)
+	if err != nil {
+		return Row{}, false, err
+	}
+	bucket := uint32(BucketOf(k, t.schema.Buckets))
+	t.mu.RLock()
+	if t.mu.closed {
+		t.mu.RUnlock()
+		return Row{}, false, ErrClosed
+	}
+	raw, known := t.mu.cache.get(k)
+	t.mu.RUnlock()
+	if !known {
+		v, closer, err := t.db.Get(append(encoding.RowPrefix(nil, bucket), k...))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return Row{}, false, nil
+		}
+		if err != nil {
+			return Row{}, false, fmt.Errorf("get from %q: %w", t.dir, err)
+		}
+		raw = append([]byte(nil), v...)
+		if err := closer.Close(); err != nil {
+			return Row{}, false, fmt.Errorf("get from %q: %w", t.dir, err)
+		}
+	}
+	if raw == nil {
+		return Row{}, false, nil
+	}
+	vals, err := encoding.DecodeRow(raw, t.valTypes, nil)
+	if err != nil {
+		return Row{}, false, fmt.Errorf("get from %q: %w: %v", t.dir, ErrCorrupt, err)
+	}
+	return Row{Key: append([]agg.Value(nil), key...), Values: vals}, true, nil
+}
+
+// Count returns the number of rows.
+func (t *Table) Count() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var n uint64
+	for _, b := range t.mu.buckets {
+		n += b.Rows
+	}
+	return n
+}
+
+// Scan calls fn for every row, bucket by bucket, on one consistent snapshot.
+// The row's slices are valid only during the call. An error from fn stops
+// the scan and is returned.
+func (t *Table) Scan(fn func(Row) error) error { return t.ScanPrefix(nil, fn) }
+
+// ScanPrefix calls fn for every row whose key starts with the given leading
+// key values, bucket by bucket, on one consistent snapshot.
+func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
+	if len(prefix) > len(t.keyTypes) {
+		return fmt.Errorf("%w: prefix of %d values for a key of %d", ErrBadWrite, len(prefix), len(t.keyTypes))
+	}
+	p, err := t.appendKey(nil, prefix, len(prefix))
+	if err != nil {
+		return err
+	}
+	t.mu.RLock()
+	closed := t.mu.closed
+	t.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})
+	if err != nil {
+		return fmt.Errorf("scan %q: %w", t.dir, err)
+	}
+	err = t.scan(it, p, fn)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("scan %q: %w", t.dir, cerr)
+	}
+	return err
+}
+
+// scan walks the rows of every bucket under the encoded key prefix p. One
+// iterator is one snapshot, however many times it seeks.
+func (t *Table) scan(it *pebble.Iterator, p []byte, fn func(Row) error) error {
+	var vals []agg.Value
+	var lo []byte
+	for b := range uint32(t.schema.Buckets) {
+		lo = append(encoding.RowPrefix(lo[:0], b), p...)
+		for ok := it.SeekGE(lo); ok && hasPrefix(it.Key(), lo); ok = it.Next() {
+			k := it.Key()[len(lo)-len(p):]
+			key, err := encoding.DecodeKey(k, t.keyTypes)
+			if err != nil {
+				return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
+			}
+			if vals, err = encoding.DecodeRow(it.Value(), t.valTypes, vals); err != nil {
+				return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
+			}
+			if err := fn(Row{Key: key, Values: vals}); err != nil {
+				return err
+			}
+		}
+	}
+	return it.Error()
+}
+
+func hasPrefix(k, p []byte) bool { return len(k) >= len(p) && string(k[:len(p)]) == string(p) }

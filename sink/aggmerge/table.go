@@ -1,0 +1,310 @@
+package aggmerge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+	"github.com/google/uuid"
+)
+
+// Options tune a table. The zero value is usable.
+type Options struct {
+	// CacheRows bounds the write-through row cache (rows). Default 1<<20.
+	CacheRows int
+	// SyncWrites makes every Apply durable before it returns. By default
+	// writes are unsynced and Sync makes them durable.
+	SyncWrites bool
+	// MemTableSize is pebble's memtable size in bytes. Default 64 MiB.
+	MemTableSize uint64
+	// BlockCacheSize is pebble's block cache in bytes. Default 64 MiB.
+	BlockCacheSize int64
+}
+
+func (o Options) withDefaults() Options {
+	if o.CacheRows <= 0 {
+		o.CacheRows = 1 << 20
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 64 << 20
+	}
+	if o.BlockCacheSize == 0 {
+		o.BlockCacheSize = 64 << 20
+	}
+	return o
+}
+
+// Metadata keys.
+const (
+	metaSchema = "schema"
+	metaID     = "id"
+)
+
+// Table is an aggregation-merge table stored in one pebble DB. It is safe
+// for concurrent use; writes (Apply, Truncate) are serialized.
+type Table struct {
+	dir      string
+	db       *pebble.DB
+	schema   Schema
+	id       uuid.UUID
+	keyTypes []agg.Type
+	valTypes []agg.Type
+	funcs    []*agg.Func
+	opts     Options
+
+	// scratch is the writers' reusable memory, guarded by writeMu.
+	scratch *applyState
+
+	// writeMu serializes the writers. It is held across the pebble commit on
+	// purpose: a write reads old rows and must not interleave with another.
+	// Readers never take it.
+	writeMu sync.Mutex
+
+	mu struct {
+		sync.RWMutex
+		closed  bool
+		buckets []encoding.BucketState
+		cache   rowCache
+	}
+}
+
+// Open opens the table in dir, creating it with schema when dir holds none.
+// An existing table must have the same schema (ErrSchemaMismatch says what
+// differs); a zero Schema opens an existing table with its stored schema.
+func Open(dir string, schema Schema, opts Options) (*Table, error) {
+	opts = opts.withDefaults()
+	given := len(schema.Key) > 0 || len(schema.Values) > 0
+	var funcs []*agg.Func
+	if given {
+		var err error
+		if schema, funcs, err = schema.compile(); err != nil {
+			return nil, fmt.Errorf("open table %q: %w", dir, err)
+		}
+	}
+	if !given {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("open table %q: %w", dir, ErrNoTable)
+		}
+	}
+	cache := pebble.NewCache(opts.BlockCacheSize)
+	defer cache.Unref()
+	db, err := pebble.Open(dir, &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                opts.MemTableSize,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       24,
+		Logger:                      quietLogger{pebble.DefaultLogger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open table %q: %w", dir, err)
+	}
+	t := &Table{dir: dir, db: db, opts: opts}
+	if err := t.load(schema, funcs, given); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open table %q: %w", dir, err)
+	}
+	return t, nil
+}
+
+// load reads or creates the metadata, the bucket states and the row cache.
+func (t *Table) load(schema Schema, funcs []*agg.Func, given bool) error {
+	raw, closer, err := t.db.Get(encoding.MetaKey(metaSchema))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if !given {
+			return ErrNoTable
+		}
+		return t.create(schema, funcs)
+	case err != nil:
+		return err
+	}
+	var stored Schema
+	err = json.Unmarshal(raw, &stored)
+	_ = closer.Close()
+	if err != nil {
+		return fmt.Errorf("%w: schema: %v", ErrCorrupt, err)
+	}
+	stored, sfuncs, err := stored.compile()
+	if err != nil {
+		return fmt.Errorf("%w: stored schema: %v", ErrCorrupt, err)
+	}
+	if given {
+		if d := diff(stored, schema); len(d) > 0 {
+			return fmt.Errorf("%w: %s", ErrSchemaMismatch, strings.Join(d, "; "))
+		}
+	}
+	idb, closer, err := t.db.Get(encoding.MetaKey(metaID))
+	if err != nil {
+		return fmt.Errorf("%w: table id: %v", ErrCorrupt, err)
+	}
+	id, err := uuid.FromBytes(idb)
+	_ = closer.Close()
+	if err != nil {
+		return fmt.Errorf("%w: table id: %v", ErrCorrupt, err)
+	}
+	t.id = id
+	t.setSchema(stored, sfuncs)
+	return t.loadBuckets()
+}
+
+// create writes a new table's metadata.
+func (t *Table) create(schema Schema, funcs []*agg.Func) error {
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return err
+	}
+	t.id = uuid.New()
+	t.setSchema(schema, funcs)
+	b := t.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(encoding.MetaKey(metaSchema), raw, nil)
+	_ = b.Set(encoding.MetaKey(metaID), t.id[:], nil)
+	t.mu.buckets = make([]encoding.BucketState, schema.Buckets)
+	for i := range t.mu.buckets {
+		_ = b.Set(encoding.BucketKey(uint32(i)), encoding.AppendBucketState(nil, encoding.BucketState{}), nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	t.mu.cache = newRowCache(t.opts.CacheRows, true)
+	return nil
+}
+
+func (t *Table) setSchema(s Schema, funcs []*agg.Func) {
+	t.schema, t.funcs = s, funcs
+	t.keyTypes, t.valTypes = nil, nil
+	for _, c := range s.Key {
+		t.keyTypes = append(t.keyTypes, c.Type)
+	}
+	for _, c := range s.Values {
+		t.valTypes = append(t.valTypes, c.Type)
+	}
+}
+
+// loadBuckets reads the bucket states and, when the rows fit, fills the row
+// cache so that a miss means "no such row" without a pebble read.
+func (t *Table) loadBuckets() error {
+	t.mu.buckets = make([]encoding.BucketState, t.schema.Buckets)
+	var rows uint64
+	for i := range t.mu.buckets {
+		raw, closer, err := t.db.Get(encoding.BucketKey(uint32(i)))
+		if err != nil {
+			return fmt.Errorf("%w: bucket %d state: %v", ErrCorrupt, i, err)
+		}
+		s, err := encoding.DecodeBucketState(raw)
+		_ = closer.Close()
+		if err != nil {
+			return fmt.Errorf("bucket %d state: %w", i, err)
+		}
+		t.mu.buckets[i] = s
+		rows += s.Rows
+	}
+	complete := rows <= uint64(t.opts.CacheRows)
+	t.mu.cache = newRowCache(t.opts.CacheRows, complete)
+	if !complete {
+		return nil
+	}
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		t.mu.cache.put(string(it.Key()[5:]), append([]byte(nil), it.Value()...))
+	}
+	return it.Close()
+}
+
+// ID returns the table identity, a UUID made when the table was created. A
+// table recreated under the same directory has a new ID.
+func (t *Table) ID() uuid.UUID { return t.id }
+
+// Schema returns the table's canonical schema.
+func (t *Table) Schema() Schema { return t.schema }
+
+// Dir returns the table's directory.
+func (t *Table) Dir() string { return t.dir }
+
+// Sync makes every write applied so far durable.
+func (t *Table) Sync() error {
+	if err := t.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("sync table %q: %w", t.dir, err)
+	}
+	return nil
+}
+
+// Close closes the table. Unsynced writes may be lost only if the machine
+// (not the process) fails: pebble flushes its log on close.
+func (t *Table) Close() error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.closed = true
+	t.mu.cache = rowCache{}
+	t.mu.Unlock()
+	if err := t.db.Close(); err != nil {
+		return fmt.Errorf("close table %q: %w", t.dir, err)
+	}
+	return nil
+}
+
+// Metrics returns pebble's metrics, for write amplification and sizes.
+func (t *Table) Metrics() *pebble.Metrics { return t.db.Metrics() }
+
+// BucketOf returns the bucket of an encoded primary key (see
+// encoding.AppendKey): xxhash64 (XXH64, seed 0) of the encoded key, modulo
+// the bucket count.
+func BucketOf(encodedKey []byte, buckets int) int {
+	return int(xxhash.Sum64(encodedKey) % uint64(buckets))
+}
+
+// EncodeKey conforms and encodes a full primary key.
+func (t *Table) EncodeKey(key []agg.Value) ([]byte, error) {
+	return t.appendKey(nil, key, len(t.keyTypes))
+}
+
+// Bucket returns the bucket of a primary key.
+func (t *Table) Bucket(key []agg.Value) (int, error) {
+	k, err := t.EncodeKey(key)
+	if err != nil {
+		return 0, err
+	}
+	return BucketOf(k, t.schema.Buckets), nil
+}
+
+// appendKey conforms the key values and encodes them; want is the number of
+// key columns the caller needs (all, or fewer for a prefix).
+func (t *Table) appendKey(dst []byte, key []agg.Value, want int) ([]byte, error) {
+	if len(key) != want {
+		return nil, fmt.Errorf("%w: %d key values, want %d", ErrBadWrite, len(key), want)
+	}
+	var buf [4]agg.Value
+	vals := append(buf[:0], key...)
+	for i, v := range vals {
+		if v.IsNull() {
+			return nil, fmt.Errorf("%w: key column %q is null", ErrBadWrite, t.schema.Key[i].Name)
+		}
+		c, err := agg.Conform(t.keyTypes[i], v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: key column %q: %w", ErrBadWrite, t.schema.Key[i].Name, err)
+		}
+		vals[i] = c
+	}
+	return encoding.AppendKey(dst, t.keyTypes, vals)
+}
+
+// quietLogger drops pebble's informational logs.
+type quietLogger struct{ pebble.Logger }
+
+func (quietLogger) Infof(string, ...any) {}
