@@ -20,7 +20,12 @@ type Map[K comparable, UK comparable, UV any] struct {
 	ukc       Codec[UK]
 	uvc       Codec[UV]
 	m         map[K]*userMap[UK, UV]
-	dirtyKeys []K
+	dirtyKeys []dirtyKey[K, UK, UV]
+}
+
+type dirtyKey[K comparable, UK comparable, UV any] struct {
+	k  K
+	um *userMap[UK, UV]
 }
 
 // userMap is the cached map of one key. dirty names the user keys put or
@@ -125,7 +130,7 @@ func (s *Map[K, UK, UV]) Len(k K) (int, error) {
 func (s *Map[K, UK, UV]) markDirty(k K, um *userMap[UK, UV], uk UK) {
 	if um.dirty == nil {
 		um.dirty = map[UK]struct{}{}
-		s.dirtyKeys = append(s.dirtyKeys, k)
+		s.dirtyKeys = append(s.dirtyKeys, dirtyKey[K, UK, UV]{k, um})
 	}
 	um.dirty[uk] = struct{}{}
 }
@@ -175,11 +180,11 @@ func (s *Map[K, UK, UV]) userMap(k K) (*userMap[UK, UV], error) {
 }
 
 func (s *Map[K, UK, UV]) appendDirty(kd *Keyed) error {
-	for _, k := range s.dirtyKeys {
-		um := s.m[k]
+	for _, d := range s.dirtyKeys {
+		um := d.um
 		start := len(kd.buf)
 		var err error
-		if kd.buf, _, err = s.appendKeyPrefix(kd.buf, k); err != nil {
+		if kd.buf, _, err = s.appendKeyPrefix(kd.buf, d.k); err != nil {
 			return err
 		}
 		prefixEnd := len(kd.buf)
@@ -202,8 +207,8 @@ func (s *Map[K, UK, UV]) appendDirty(kd *Keyed) error {
 }
 
 func (s *Map[K, UK, UV]) markClean() {
-	for _, k := range s.dirtyKeys {
-		s.m[k].dirty = nil
+	for _, d := range s.dirtyKeys {
+		d.um.dirty = nil
 	}
 	clear(s.dirtyKeys)
 	s.dirtyKeys = s.dirtyKeys[:0]

@@ -8,3 +8,5 @@ import (
 )
 
 func TestMemoryBackend(t *testing.T) { statetest.Run(t, state.NewMemoryFactory()) }
+
+func BenchmarkMemoryBackend(b *testing.B) { statetest.Bench(b, state.NewMemoryFactory()) }

@@ -4,10 +4,12 @@ import "fmt"
 
 // entry is a cached value: present false caches "no value" (a miss or a
 // delete), so a later Put or Get of the key does not read the backend again.
+// The entry is dirty while gen equals its table's gen: a flush makes every
+// entry clean at once by moving the table to the next generation.
 type entry[V any] struct {
 	v       V
 	present bool
-	dirty   bool
+	gen     uint32
 }
 
 // table is the cache of a state holding one value per key; Value, List,
@@ -19,11 +21,12 @@ type table[K comparable, V any] struct {
 	kc    Codec[K]
 	vc    Codec[V]
 	m     map[K]entry[V]
-	dirty []K // keys whose entry is dirty, each once
+	gen   uint32 // generation of dirty entries, never 0
+	dirty []K    // keys whose entry is dirty, each once
 }
 
 func newTable[K comparable, V any](kd *Keyed, name string, kc Codec[K], vc Codec[V]) *table[K, V] {
-	t := &table[K, V]{kd: kd, name: name, kc: kc, vc: vc, m: map[K]entry[V]{}}
+	t := &table[K, V]{kd: kd, name: name, kc: kc, vc: vc, m: map[K]entry[V]{}, gen: 1}
 	kd.register(name, t)
 	return t
 }
@@ -69,8 +72,8 @@ func (t *table[K, V]) set(k K, v V, present bool) error {
 		}
 	}
 	e.v, e.present = v, present
-	if !e.dirty {
-		e.dirty = true
+	if e.gen != t.gen {
+		e.gen = t.gen
 		t.dirty = append(t.dirty, k)
 	}
 	t.m[k] = e
@@ -96,10 +99,15 @@ func (t *table[K, V]) appendDirty(kd *Keyed) error {
 }
 
 func (t *table[K, V]) markClean() {
-	for _, k := range t.dirty {
-		e := t.m[k]
-		e.dirty = false
-		t.m[k] = e
+	t.gen++
+	if t.gen == 0 {
+		// After 2^32 flushes: entries of generation 0 are clean anyway, and
+		// every older generation, dirty or not, has been flushed.
+		for k, e := range t.m {
+			e.gen = 0
+			t.m[k] = e
+		}
+		t.gen = 1
 	}
 	clear(t.dirty)
 	t.dirty = t.dirty[:0]
@@ -111,7 +119,7 @@ func (t *table[K, V]) evict(n int) int {
 		if freed == n {
 			break
 		}
-		if !e.dirty {
+		if e.gen != t.gen {
 			delete(t.m, k)
 			freed++
 		}

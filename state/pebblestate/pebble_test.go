@@ -7,3 +7,5 @@ import (
 )
 
 func TestPebbleBackend(t *testing.T) { statetest.Run(t, NewFactory(Options{})) }
+
+func BenchmarkPebbleBackend(b *testing.B) { statetest.Bench(b, NewFactory(Options{})) }

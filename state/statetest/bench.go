@@ -1,0 +1,148 @@
+package statetest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+const benchKeys = 100_000
+
+func benchKeyNames() []string {
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	return keys
+}
+
+// Bench runs the keyed state benchmarks on f:
+//
+//   - GetPutHot: Value Get+Put of 100k keys, all cached;
+//   - RunningSum: Reducing.Add over 100k keys with a checkpoint (flush,
+//     capture, persist) every 500k records;
+//   - Flush: Flush of 100k dirty entries;
+//   - Capture: Capture and persist of a 100k-key state.
+func Bench(b *testing.B, f state.BackendFactory) {
+	b.Run("GetPutHot", func(b *testing.B) { benchGetPutHot(b, f) })
+	b.Run("RunningSum", func(b *testing.B) { benchRunningSum(b, f) })
+	b.Run("Flush", func(b *testing.B) { benchFlush(b, f) })
+	b.Run("Capture", func(b *testing.B) { benchCapture(b, f) })
+}
+
+func benchOpen(b *testing.B, f state.BackendFactory) (*harness, *subtask) {
+	st, err := state.OpenStorage(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := &harness{f: f, st: st, work: b.TempDir(), maxPar: state.DefaultMaxParallelism}
+	spec := state.KeyedSpec{Dir: h.subtaskWorkDir(1, 0), KeyGroups: state.RangeFor(h.maxPar, 1, 0)}
+	be, err := f.OpenKeyed(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return h, &subtask{backend: be, kd: state.NewKeyed(state.KeyedConfig{Backend: be, KeyGroups: spec.KeyGroups})}
+}
+
+// benchCheckpoint captures and persists s for checkpoint id.
+func benchCheckpoint(b *testing.B, h *harness, s *subtask, id barrier.CheckpointID) {
+	dir, err := h.st.SubtaskDir(id, opUID, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	persist, err := s.kd.Capture(id, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := persist(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchGetPutHot(b *testing.B, f state.BackendFactory) {
+	_, s := benchOpen(b, f)
+	vals := state.NewValue(s.kd, "v", state.CodecFor[string](), state.CodecFor[int64]())
+	keys := benchKeyNames()
+	for _, k := range keys {
+		if err := vals.Put(k, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := keys[i%benchKeys]
+		v, _, err := vals.Get(k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := vals.Put(k, v+1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchRunningSum(b *testing.B, f state.BackendFactory) {
+	const every = 500_000
+	h, s := benchOpen(b, f)
+	sums := state.NewReducing(s.kd, "sum", state.CodecFor[string](), state.CodecFor[int64](), sum)
+	keys := benchKeyNames()
+	b.ReportAllocs()
+	b.ResetTimer()
+	id := barrier.CheckpointID(0)
+	for i := range b.N {
+		// A multiplicative stride visits the keys in a scattered order.
+		if err := sums.Add(keys[(i*7919)%benchKeys], 1); err != nil {
+			b.Fatal(err)
+		}
+		if i%every == every-1 {
+			id++
+			benchCheckpoint(b, h, s, id)
+		}
+	}
+}
+
+func benchFlush(b *testing.B, f state.BackendFactory) {
+	_, s := benchOpen(b, f)
+	vals := state.NewValue(s.kd, "v", state.CodecFor[string](), state.CodecFor[int64]())
+	keys := benchKeyNames()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		for _, k := range keys {
+			if err := vals.Put(k, int64(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := s.kd.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchCapture(b *testing.B, f state.BackendFactory) {
+	h, s := benchOpen(b, f)
+	vals := state.NewValue(s.kd, "v", state.CodecFor[string](), state.CodecFor[int64]())
+	keys := benchKeyNames()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		// Change a tenth of the keys between checkpoints.
+		for j := i % 10; j < benchKeys; j += 10 {
+			if err := vals.Put(keys[j], int64(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.kd.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		benchCheckpoint(b, h, s, barrier.CheckpointID(i))
+	}
+}
