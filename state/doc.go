@@ -14,7 +14,27 @@
 // lists are given whole to every subtask (sources and exactly-once sinks use
 // them to find the positions or baselines they now own).
 //
-// Backends implement KeyedBackend; the pebble one lives in state/pebblestate.
+// Operators use typed keyed state (Value, Map, List, Reducing, Aggregating)
+// registered on a Keyed, which caches entries in Go maps and writes the dirty
+// ones to the backend in one batch at Flush (at every barrier, before
+// Capture) or when the cache is full. A cached read or write costs a map
+// access and no allocation. Keys and values are turned into bytes by Codecs;
+// the built-in ones for integers and strings preserve order.
+//
+// Backends implement KeyedBackend: the in-memory one here (tests, small
+// state), the pebble one in state/pebblestate; state/statetest is the suite
+// every backend passes.
+//
+// Checkpoints live in a Storage: one folder per checkpoint, named so that
+// names sort by id, a subfolder per operator subtask, and the metadata file
+// written last and atomically. A checkpoint without valid metadata, or whose
+// files do not match their recorded sizes and CRC-32Cs, is skipped by Latest
+// and reported by name. Every file that must survive a crash is written by
+// WriteFileAtomic (temp file, fsync, rename, fsync folder).
+//
+// The backend key layout is [key group: 2 bytes][len(name): 1 byte][state
+// name][encoded key], so a subtask's groups are one contiguous key range.
+//
 // The package imports barrier and the standard library only (plus xxhash),
 // never runtime.
 package state

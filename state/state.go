@@ -75,7 +75,7 @@ type KeyedBackend interface {
 	// Get returns a copy of the value of key.
 	Get(key []byte) (value []byte, ok bool, err error)
 	// Apply commits the batch atomically, without fsync: durability comes from
-	// checkpoints.
+	// checkpoints. It must not keep the batch's slices: the caller reuses them.
 	Apply(b *WriteBatch) error
 	// Scan calls fn for every key with the prefix, in key order, on a
 	// consistent view. k and v are valid only during the call.
@@ -84,7 +84,8 @@ type KeyedBackend interface {
 	// checkpoint id into dir (an empty folder inside the checkpoint). The
 	// returned persist finishes the copy (fsync, checksums) and may run
 	// concurrently with later Get/Apply calls; it returns the files written,
-	// with paths relative to dir.
+	// with paths relative to dir (CheckpointFiles makes them relative to the
+	// checkpoint folder, as SubtaskSnapshot records them).
 	Capture(id barrier.CheckpointID, dir string) (persist func() ([]File, error), err error)
 	// Close releases the backend; the working copy may be deleted.
 	Close() error

@@ -24,27 +24,23 @@ func benchKeyNames() []string {
 //   - RunningSum: Reducing.Add over 100k keys with a checkpoint (flush,
 //     capture, persist) every 500k records;
 //   - Flush: Flush of 100k dirty entries;
-//   - Capture: Capture and persist of a 100k-key state.
+//   - Capture: Capture and persist of a 100k-key state;
+//   - Restore/same: open a subtask from a snapshot of exactly its range;
+//   - Restore/rescale: open the one subtask of parallelism 1 from the two
+//     snapshots of a 100k-key state taken at parallelism 2.
 func Bench(b *testing.B, f state.BackendFactory) {
 	b.Run("GetPutHot", func(b *testing.B) { benchGetPutHot(b, f) })
 	b.Run("RunningSum", func(b *testing.B) { benchRunningSum(b, f) })
 	b.Run("Flush", func(b *testing.B) { benchFlush(b, f) })
 	b.Run("Capture", func(b *testing.B) { benchCapture(b, f) })
+	b.Run("Restore", func(b *testing.B) { benchRestore(b, f) })
 }
 
 func benchOpen(b *testing.B, f state.BackendFactory) (*harness, *subtask) {
-	st, err := state.OpenStorage(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := &harness{f: f, st: st, work: b.TempDir(), maxPar: state.DefaultMaxParallelism}
-	spec := state.KeyedSpec{Dir: h.subtaskWorkDir(1, 0), KeyGroups: state.RangeFor(h.maxPar, 1, 0)}
-	be, err := f.OpenKeyed(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { be.Close() })
-	return h, &subtask{backend: be, kd: state.NewKeyed(state.KeyedConfig{Backend: be, KeyGroups: spec.KeyGroups})}
+	h := newHarness(b, f, state.DefaultMaxParallelism, 0)
+	s := h.open(1, 0, nil)
+	b.Cleanup(func() { s.close(b) })
+	return h, s
 }
 
 // benchCheckpoint captures and persists s for checkpoint id.
@@ -144,5 +140,42 @@ func benchCapture(b *testing.B, f state.BackendFactory) {
 		}
 		b.StartTimer()
 		benchCheckpoint(b, h, s, barrier.CheckpointID(i))
+	}
+}
+
+func benchRestore(b *testing.B, f state.BackendFactory) {
+	h := newHarness(b, f, state.DefaultMaxParallelism, 0)
+	subs := []*subtask{h.open(2, 0, nil), h.open(2, 1, nil)}
+	sc := state.CodecFor[string]()
+	vals := []*state.Value[string, int64]{
+		state.NewValue(subs[0].kd, "v", sc, state.CodecFor[int64]()),
+		state.NewValue(subs[1].kd, "v", sc, state.CodecFor[int64]()),
+	}
+	for i, k := range benchKeyNames() {
+		o := state.SubtaskForGroup(h.maxPar, 2, state.KeyGroupOf([]byte(k), h.maxPar))
+		if err := vals[o].Put(k, int64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	md := h.checkpoint(1, subs...)
+	for _, s := range subs {
+		s.close(b)
+	}
+	for _, c := range []struct {
+		name string
+		p    int
+	}{{"same", 2}, {"rescale", 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				_, restored := h.st.Restore(md, opUID, c.p, 0)
+				be, err := f.OpenKeyed(state.KeyedSpec{Dir: h.subtaskWorkDir(c.p, 0), KeyGroups: state.RangeFor(h.maxPar, c.p, 0), Restore: restored})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				be.Close()
+				b.StartTimer()
+			}
+		})
 	}
 }

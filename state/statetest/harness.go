@@ -13,7 +13,7 @@ const opUID = "op"
 
 // harness runs the keyed state of one operator over real checkpoint storage.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	f       state.BackendFactory
 	st      *state.Storage
 	work    string
@@ -22,7 +22,7 @@ type harness struct {
 	opened  int
 }
 
-func newHarness(t *testing.T, f state.BackendFactory, maxPar, cacheEntries int) *harness {
+func newHarness(t testing.TB, f state.BackendFactory, maxPar, cacheEntries int) *harness {
 	t.Helper()
 	st, err := state.OpenStorage(t.TempDir())
 	if err != nil {
@@ -110,7 +110,7 @@ func (h *harness) checkpoint(id barrier.CheckpointID, subs ...*subtask) state.Me
 	return h.capture(id, subs)()
 }
 
-func (s *subtask) close(t *testing.T) {
+func (s *subtask) close(t testing.TB) {
 	t.Helper()
 	if err := s.backend.Close(); err != nil {
 		t.Errorf("close subtask %d: %v", s.i, err)
