@@ -1,0 +1,280 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config configures a Kafka source. The zero value of every optional field
+// takes the default noted.
+type Config struct {
+	// Brokers are the seed brokers (host:port). Required.
+	Brokers []string
+	// Topics are the topics to read, by name. Exactly one of Topics and
+	// TopicPattern is set.
+	Topics []string
+	// TopicPattern reads every topic whose name matches this regular
+	// expression (Go syntax, matching anywhere unless anchored; internal
+	// topics never match).
+	TopicPattern string
+	// Start is where a job that has no checkpoint for this source begins
+	// (StartEarliest by default). It is never used on restore: then every
+	// partition resumes at its checkpointed offset, and partitions missing
+	// from the checkpoint (created or matched later) start from the earliest
+	// offset.
+	Start StartPosition
+	// Group is a consumer group that the offsets of completed checkpoints are
+	// committed to, for lag monitoring only, and that StartCommitted reads.
+	// Empty: no commits. Committed offsets are never read back on restore.
+	Group string
+	// ReadUncommitted also reads records of open and aborted transactions.
+	// By default the source reads committed records only (read_committed).
+	ReadUncommitted bool
+	// DiscoveryInterval is how often new partitions and topics are looked
+	// for (10s); negative disables discovery.
+	DiscoveryInterval time.Duration
+	// StartTimeout bounds resolving the start offsets of a job without
+	// checkpoint (30s). A restored source needs no broker to open.
+	StartTimeout time.Duration
+	// OnDecodeError is what happens to a record its format cannot decode
+	// (Fail by default).
+	OnDecodeError ErrorPolicy
+	// DeadLetterTopic receives undecodable records under DeadLetter.
+	DeadLetterTopic string
+	// ClientID names the client to the brokers ("ebbflow").
+	ClientID string
+	// TLS, when set, encrypts the connections.
+	TLS *TLS
+	// SASL, when set, authenticates the connections.
+	SASL *SASL
+	// ClientOptions are extra franz-go options applied last (fetch sizes,
+	// timeouts). Options that change what is consumed or how offsets are
+	// managed break the source's guarantees.
+	ClientOptions []kgo.Opt
+}
+
+// ErrorPolicy says what happens to a record that cannot be decoded.
+type ErrorPolicy uint8
+
+const (
+	// Fail makes Read return an error naming the record: the job fails.
+	Fail ErrorPolicy = iota
+	// Skip drops the record, counting it in
+	// ebbflow_source_records_dropped_total{reason="decode_error"}.
+	Skip
+	// DeadLetter writes the record to Config.DeadLetterTopic with the reason
+	// and its origin in headers; the write is durable before the checkpoint
+	// covering the record completes.
+	DeadLetter
+)
+
+func (p ErrorPolicy) String() string {
+	switch p {
+	case Fail:
+		return "fail"
+	case Skip:
+		return "skip"
+	case DeadLetter:
+		return "dead_letter"
+	}
+	return fmt.Sprintf("ErrorPolicy(%d)", uint8(p))
+}
+
+// ParseErrorPolicy parses "fail", "skip" or "dead_letter".
+func ParseErrorPolicy(s string) (ErrorPolicy, error) {
+	for _, p := range []ErrorPolicy{Fail, Skip, DeadLetter} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("kafka: unknown error policy %q (want fail, skip or dead_letter)", s)
+}
+
+type startKind uint8
+
+const (
+	startEarliest startKind = iota
+	startLatest
+	startCommitted
+	startTimestamp
+	startOffsets
+)
+
+// StartPosition is where a source without checkpoint begins.
+type StartPosition struct {
+	kind     startKind
+	at       time.Time
+	offsets  map[string]map[int32]int64
+	fallback startKind // for startCommitted: earliest or latest
+}
+
+// StartEarliest starts at the earliest offset of every partition.
+func StartEarliest() StartPosition { return StartPosition{kind: startEarliest} }
+
+// StartLatest starts after the last record of every partition (after the
+// last stable offset under read_committed) at the time the job starts.
+func StartLatest() StartPosition { return StartPosition{kind: startLatest} }
+
+// StartCommitted starts at the offsets committed by Config.Group; partitions
+// without a committed offset start at orElse, which is StartEarliest or
+// StartLatest.
+func StartCommitted(orElse StartPosition) StartPosition {
+	return StartPosition{kind: startCommitted, fallback: orElse.kind}
+}
+
+// StartAt starts at the first record whose timestamp is at or after t (the
+// end of a partition that has none).
+func StartAt(t time.Time) StartPosition { return StartPosition{kind: startTimestamp, at: t} }
+
+// StartOffsets starts every listed partition at its offset (topic →
+// partition → offset); partitions not listed start at the earliest offset.
+func StartOffsets(offsets map[string]map[int32]int64) StartPosition {
+	return StartPosition{kind: startOffsets, offsets: offsets}
+}
+
+func (s StartPosition) String() string {
+	switch s.kind {
+	case startEarliest:
+		return "earliest"
+	case startLatest:
+		return "latest"
+	case startCommitted:
+		return "committed (else " + StartPosition{kind: s.fallback}.String() + ")"
+	case startTimestamp:
+		return "timestamp " + s.at.UTC().Format(time.RFC3339Nano)
+	case startOffsets:
+		return fmt.Sprintf("offsets %v", s.offsets)
+	}
+	return fmt.Sprintf("StartPosition(%d)", s.kind)
+}
+
+// ParseStartPosition parses "earliest", "latest", "committed" (else
+// earliest), "committed-else-latest", or "timestamp:<RFC 3339 time or Unix
+// milliseconds>".
+func ParseStartPosition(s string) (StartPosition, error) {
+	switch s {
+	case "earliest":
+		return StartEarliest(), nil
+	case "latest":
+		return StartLatest(), nil
+	case "committed":
+		return StartCommitted(StartEarliest()), nil
+	case "committed-else-latest":
+		return StartCommitted(StartLatest()), nil
+	}
+	if ts, ok := strings.CutPrefix(s, "timestamp:"); ok {
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			return StartAt(t), nil
+		}
+		var ms int64
+		if _, err := fmt.Sscanf(ts, "%d", &ms); err == nil && fmt.Sprint(ms) == ts {
+			return StartAt(time.UnixMilli(ms)), nil
+		}
+		return StartPosition{}, fmt.Errorf("kafka: start position %q: want an RFC 3339 time or Unix milliseconds", s)
+	}
+	return StartPosition{}, fmt.Errorf("kafka: unknown start position %q (want earliest, latest, committed, committed-else-latest or timestamp:<time>)", s)
+}
+
+const (
+	defaultDiscoveryInterval = 10 * time.Second
+	defaultStartTimeout      = 30 * time.Second
+	defaultClientID          = "ebbflow"
+)
+
+// normalized returns cfg with defaults applied, or every problem found.
+func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
+	var errs []error
+	if len(cfg.Brokers) == 0 {
+		errs = append(errs, errors.New("no brokers"))
+	}
+	var re *regexp.Regexp
+	switch {
+	case len(cfg.Topics) == 0 && cfg.TopicPattern == "":
+		errs = append(errs, errors.New("no topics: set Topics or TopicPattern"))
+	case len(cfg.Topics) > 0 && cfg.TopicPattern != "":
+		errs = append(errs, errors.New("both Topics and TopicPattern set"))
+	case cfg.TopicPattern != "":
+		var err error
+		if re, err = regexp.Compile(cfg.TopicPattern); err != nil {
+			errs = append(errs, fmt.Errorf("topic pattern: %w", err))
+		}
+	}
+	for _, t := range cfg.Topics {
+		if t == "" {
+			errs = append(errs, errors.New("empty topic name"))
+		}
+	}
+	if cfg.Start.kind == startCommitted && cfg.Group == "" {
+		errs = append(errs, errors.New("start position committed needs a Group"))
+	}
+	if cfg.Start.kind == startCommitted && cfg.Start.fallback != startEarliest && cfg.Start.fallback != startLatest {
+		errs = append(errs, errors.New("start position committed: fallback must be earliest or latest"))
+	}
+	switch cfg.OnDecodeError {
+	case Fail, Skip:
+	case DeadLetter:
+		if cfg.DeadLetterTopic == "" {
+			errs = append(errs, errors.New("error policy dead_letter needs a DeadLetterTopic"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown error policy %d", cfg.OnDecodeError))
+	}
+	if cfg.SASL != nil {
+		if err := cfg.SASL.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cfg.DiscoveryInterval == 0 {
+		cfg.DiscoveryInterval = defaultDiscoveryInterval
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = defaultStartTimeout
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = defaultClientID
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, nil, fmt.Errorf("kafka source: %w", err)
+	}
+	return cfg, re, nil
+}
+
+// String describes cfg for logs, with secrets redacted.
+func (cfg Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "brokers=%v", cfg.Brokers)
+	if cfg.TopicPattern != "" {
+		fmt.Fprintf(&b, " topic_pattern=%q", cfg.TopicPattern)
+	} else {
+		fmt.Fprintf(&b, " topics=%v", cfg.Topics)
+	}
+	fmt.Fprintf(&b, " start=%s", cfg.Start)
+	if cfg.Group != "" {
+		fmt.Fprintf(&b, " group=%q", cfg.Group)
+	}
+	if cfg.ReadUncommitted {
+		b.WriteString(" isolation=read_uncommitted")
+	}
+	fmt.Fprintf(&b, " on_decode_error=%s", cfg.OnDecodeError)
+	if cfg.DeadLetterTopic != "" {
+		fmt.Fprintf(&b, " dead_letter_topic=%q", cfg.DeadLetterTopic)
+	}
+	if cfg.ClientID != "" {
+		fmt.Fprintf(&b, " client_id=%q", cfg.ClientID)
+	}
+	if cfg.TLS != nil {
+		fmt.Fprintf(&b, " tls=%s", cfg.TLS)
+	}
+	if cfg.SASL != nil {
+		fmt.Fprintf(&b, " sasl=%s", cfg.SASL)
+	}
+	return b.String()
+}
+
+// GoString redacts like String, for %#v.
+func (cfg Config) GoString() string { return "kafka.Config{" + cfg.String() + "}" }

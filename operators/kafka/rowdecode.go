@@ -1,0 +1,172 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/valyala/fastjson"
+	"github.com/valyala/fastjson/fastfloat"
+)
+
+// Rows decodes JSON object values into Rows with a reused fastjson parser.
+// Fields and strings are carved out of chunks shared by the rows of one
+// subtask (see Row), and field names are interned, so decoding allocates a
+// few times per chunk rather than per record.
+func Rows() Format[Row] {
+	return func() Decoder[Row] {
+		d := &rowDecoder{}
+		return func(r *kgo.Record) (Row, error) { return d.decode(r.Value) }
+	}
+}
+
+const (
+	fieldChunk = 4096     // fields per chunk
+	byteChunk  = 64 << 10 // string bytes per chunk
+	maxNames   = 4096     // interned field names
+	maxDepth   = 64       // nesting accepted
+)
+
+var errNotObject = errors.New("value is not a JSON object")
+
+// rowDecoder turns JSON into Rows. Its chunks are only ever appended to:
+// memory handed out in a Row is never written again.
+type rowDecoder struct {
+	p      fastjson.Parser
+	fields []Field
+	bytes  []byte
+	names  map[string]string
+	num    []byte
+}
+
+func (d *rowDecoder) decode(b []byte) (Row, error) {
+	v, err := d.p.ParseBytes(b)
+	if err != nil {
+		return Row{}, err
+	}
+	if v.Type() != fastjson.TypeObject {
+		return Row{}, fmt.Errorf("%w (a %s)", errNotObject, v.Type())
+	}
+	o, _ := v.Object()
+	fs, err := d.object(o, 0)
+	return Row{fields: fs}, err
+}
+
+// take returns n fresh fields from the current chunk.
+func (d *rowDecoder) take(n int) []Field {
+	if n == 0 {
+		return nil
+	}
+	if cap(d.fields)-len(d.fields) < n {
+		d.fields = make([]Field, 0, max(fieldChunk, n))
+	}
+	at := len(d.fields)
+	d.fields = d.fields[:at+n]
+	return d.fields[at : at+n : at+n]
+}
+
+// str copies b into the current byte chunk.
+func (d *rowDecoder) str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(d.bytes)-len(d.bytes) < len(b) {
+		d.bytes = make([]byte, 0, max(byteChunk, len(b)))
+	}
+	at := len(d.bytes)
+	d.bytes = append(d.bytes, b...)
+	return unsafe.String(&d.bytes[at], len(b))
+}
+
+// name interns a field name.
+func (d *rowDecoder) name(b []byte) string {
+	if s, ok := d.names[string(b)]; ok {
+		return s
+	}
+	if d.names == nil {
+		d.names = make(map[string]string)
+	}
+	if len(d.names) >= maxNames {
+		return d.str(b)
+	}
+	s := string(b)
+	d.names[s] = s
+	return s
+}
+
+func (d *rowDecoder) object(o *fastjson.Object, depth int) ([]Field, error) {
+	fs := d.take(o.Len())
+	var err error
+	i := 0
+	o.Visit(func(k []byte, v *fastjson.Value) {
+		fs[i].Name = d.name(k)
+		if e := d.value(&fs[i].Value, v, depth); e != nil && err == nil {
+			err = e
+		}
+		i++
+	})
+	return fs, err
+}
+
+func (d *rowDecoder) value(dst *Value, v *fastjson.Value, depth int) error {
+	switch v.Type() {
+	case fastjson.TypeNull:
+		*dst = Value{}
+	case fastjson.TypeTrue:
+		*dst = Value{kind: Bool, num: 1}
+	case fastjson.TypeFalse:
+		*dst = Value{kind: Bool}
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		*dst = Value{kind: String, str: d.str(b)}
+	case fastjson.TypeNumber:
+		return d.number(dst, v)
+	case fastjson.TypeObject:
+		if depth >= maxDepth {
+			return fmt.Errorf("objects nested deeper than %d", maxDepth)
+		}
+		o, _ := v.Object()
+		kids, err := d.object(o, depth+1)
+		*dst = Value{kind: Object, kids: kids}
+		return err
+	case fastjson.TypeArray:
+		if depth >= maxDepth {
+			return fmt.Errorf("arrays nested deeper than %d", maxDepth)
+		}
+		a, _ := v.Array()
+		kids := d.take(len(a))
+		for i, e := range a {
+			if err := d.value(&kids[i].Value, e, depth+1); err != nil {
+				return err
+			}
+		}
+		*dst = Value{kind: Array, kids: kids}
+	}
+	return nil
+}
+
+func (d *rowDecoder) number(dst *Value, v *fastjson.Value) error {
+	d.num = v.MarshalTo(d.num[:0])
+	s := unsafe.String(unsafe.SliceData(d.num), len(d.num))
+	integral := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '.' || c == 'e' || c == 'E' {
+			integral = false
+			break
+		}
+	}
+	if integral {
+		if n, err := fastfloat.ParseInt64(s); err == nil {
+			*dst = Value{kind: Int, num: uint64(n)}
+			return nil
+		}
+	}
+	f, err := fastfloat.Parse(s)
+	if err != nil {
+		return fmt.Errorf("number %q: %w", s, err)
+	}
+	*dst = Value{kind: Float, num: math.Float64bits(f)}
+	return nil
+}

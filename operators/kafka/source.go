@@ -1,0 +1,448 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// ErrDecode marks a record that the source's format could not decode, under
+// the Fail policy.
+var ErrDecode = errors.New("kafka: undecodable record")
+
+// pollWait bounds one wait for fetches, so that Read returns promptly when
+// there is no data.
+const pollWait = 20 * time.Millisecond
+
+// maxRemembered bounds the checkpoints whose offsets wait for completion to
+// be committed to the group.
+const maxRemembered = 16
+
+// Source reads Kafka topics into a job. Add it with
+// runtime.FromSource(job, name, src.New); each subtask reads the partitions
+// SubtaskFor assigns it.
+type Source[T any] struct {
+	cfg    Config
+	re     *regexp.Regexp
+	format Format[T]
+	mu     struct {
+		sync.Mutex
+		live map[*reader[T]]struct{}
+	}
+}
+
+// NewSource validates cfg and returns the source. format decodes the record
+// values (Rows, JSON, JSONWith, Raw, or WithMetadata of one of them).
+func NewSource[T any](cfg Config, format Format[T]) (*Source[T], error) {
+	cfg, re, err := cfg.normalized()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TLS != nil {
+		if _, err := cfg.TLS.config(); err != nil {
+			return nil, fmt.Errorf("kafka source: %w", err)
+		}
+	}
+	s := &Source[T]{cfg: cfg, re: re, format: format}
+	s.mu.live = make(map[*reader[T]]struct{})
+	return s, nil
+}
+
+// New makes one subtask; it is the factory runtime.FromSource takes.
+func (s *Source[T]) New() runtime.Source[T] { return &reader[T]{src: s} }
+
+// String describes the source's configuration, secrets redacted.
+func (s *Source[T]) String() string { return s.cfg.String() }
+
+// Healthy reports whether every open subtask reaches the brokers; the
+// message names the failing subtasks and their last error.
+func (s *Source[T]) Healthy() (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var bad []string
+	for r := range s.mu.live {
+		if ok, msg := r.health.status(); !ok {
+			bad = append(bad, fmt.Sprintf("subtask %d: %s", r.subtask, msg))
+		}
+	}
+	if len(bad) > 0 {
+		return false, strings.Join(bad, "; ")
+	}
+	return true, "ok"
+}
+
+// pendingPart is the rest of one partition's fetched records, not yet
+// handed out.
+type pendingPart struct {
+	ps   *partState
+	recs []*kgo.Record
+}
+
+// remembered are the offsets of a checkpoint awaiting completion.
+type remembered struct {
+	id      barrier.CheckpointID
+	offsets kadm.Offsets
+}
+
+// reader is one source subtask. Read, Snapshot, NotifyComplete run on the
+// task goroutine; the discoverer and committer goroutines only exchange
+// values with it through their own locks.
+type reader[T any] struct {
+	src     *Source[T]
+	decode  Decoder[T]
+	log     *slog.Logger
+	subtask int
+	cl      *kgo.Client
+	adm     *kadm.Client
+	m       *metrics
+	health  *health
+	topics  *topics
+	warnLog *limitedLog
+
+	parts   map[topicPartition]*partState
+	pending []pendingPart // from the last poll; pending[head:] not handed out
+	head    int
+	snaps   []remembered
+	dlq     *deadLetters
+
+	disc   *discoverer
+	commit *committer
+	bg     context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
+	cfg := &r.src.cfg
+	r.subtask = ctx.Subtask
+	r.log = ctx.Logger
+	r.warnLog = newLimitedLog(r.log, 10*time.Second)
+	r.decode = r.src.format()
+	if r.m, err = newMetrics(ctx.Registerer); err != nil {
+		return fmt.Errorf("kafka source: register metrics: %w", err)
+	}
+	r.health = &health{fetchErrors: r.m.fetchErrors, log: r.warnLog}
+	r.topics = &topics{names: cfg.Topics, pattern: r.src.re, subtask: ctx.Subtask, par: ctx.Parallelism, log: r.log}
+	r.parts = make(map[topicPartition]*partState)
+
+	opts, err := cfg.connOptions()
+	if err != nil {
+		return fmt.Errorf("kafka source: %w", err)
+	}
+	isolation := kgo.ReadCommitted()
+	if cfg.ReadUncommitted {
+		isolation = kgo.ReadUncommitted()
+	}
+	opts = append(opts, kgo.FetchIsolationLevel(isolation), kgo.WithHooks(r.health))
+	opts = append(opts, cfg.ClientOptions...)
+	if r.cl, err = kgo.NewClient(opts...); err != nil {
+		return fmt.Errorf("kafka source: new client: %w", err)
+	}
+	r.adm = kadm.NewClient(r.cl)
+	r.bg, r.stop = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			r.stop()
+			r.cl.Close()
+			r.cl = nil
+		}
+	}()
+
+	start, err := r.startOffsets(ctx)
+	if err != nil {
+		return err
+	}
+	from := make(map[string]map[int32]kgo.Offset)
+	for tp, off := range start {
+		r.addPart(tp, off, from)
+	}
+	r.cl.AddConsumePartitions(from)
+	r.log.Info("kafka source opened", "config", cfg.String(), "partitions", len(r.parts), "restored", ctx.RestoredOK)
+
+	if cfg.OnDecodeError == DeadLetter {
+		r.dlq = &deadLetters{cl: r.cl, topic: cfg.DeadLetterTopic, ctx: r.bg, count: r.m.deadLettered}
+	}
+	if cfg.DiscoveryInterval > 0 {
+		r.disc = &discoverer{topics: r.topics, adm: r.adm, every: cfg.DiscoveryInterval, log: r.warnLog}
+		r.goBackground(r.disc.run)
+	}
+	if cfg.Group != "" {
+		r.commit = newCommitter(r.adm, cfg.Group, r.warnLog)
+		r.goBackground(r.commit.run)
+	}
+	r.src.mu.Lock()
+	r.src.mu.live[r] = struct{}{}
+	r.src.mu.Unlock()
+	return nil
+}
+
+func (r *reader[T]) goBackground(f func(context.Context)) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f(r.bg)
+	}()
+}
+
+// startOffsets returns where each partition of this subtask begins: the
+// checkpointed offsets on restore (no broker needed), else the start
+// position resolved against the brokers.
+func (r *reader[T]) startOffsets(ctx *runtime.Context) (map[topicPartition]int64, error) {
+	if ctx.RestoredOK {
+		all, ok, err := decodeOffsets(ctx.State.Unions[offsetsUnion])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			mine := make(map[topicPartition]int64)
+			for tp, off := range all {
+				if r.topics.matches(tp.topic) && SubtaskFor(tp.topic, tp.partition, ctx.Parallelism) == ctx.Subtask {
+					mine[tp] = off
+				}
+			}
+			return mine, nil
+		}
+	}
+	cfg := &r.src.cfg
+	deadline, cancel := context.WithTimeout(r.bg, cfg.StartTimeout)
+	defer cancel()
+	backoff := 100 * time.Millisecond
+	for {
+		owned, err := r.topics.owned(deadline, r.adm)
+		var start map[topicPartition]int64
+		if err == nil {
+			start, err = resolveStart(deadline, r.adm, cfg.Start, cfg.Group, !cfg.ReadUncommitted, owned)
+		}
+		if err == nil {
+			return start, nil
+		}
+		r.warnLog.warn("kafka source: resolving start offsets failed; retrying", "error", err)
+		select {
+		case <-deadline.Done():
+			return nil, fmt.Errorf("kafka source: resolve start offsets (%s) within %s: %w", cfg.Start, cfg.StartTimeout, err)
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+// addPart starts tracking a partition and adds it to from, the offsets to
+// give the client.
+func (r *reader[T]) addPart(tp topicPartition, next int64, from map[string]map[int32]kgo.Offset) {
+	ps := &partState{tp: tp, next: next, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
+	r.parts[tp] = ps
+	o := kgo.NewOffset().At(next)
+	if next == atEarliest {
+		o = kgo.NewOffset().AtStart()
+	}
+	if from[tp.topic] == nil {
+		from[tp.topic] = make(map[int32]kgo.Offset)
+	}
+	from[tp.topic][tp.partition] = o
+}
+
+func (r *reader[T]) Read(buf []T) ([]T, error) {
+	r.addDiscovered()
+	if r.head == len(r.pending) {
+		if err := r.poll(); err != nil {
+			return buf, err
+		}
+	}
+	var nrec, nbytes int
+	var err error
+	for len(buf) < cap(buf) && r.head < len(r.pending) && err == nil {
+		pp := &r.pending[r.head]
+		buf, err = r.take(pp, buf, &nrec, &nbytes)
+		if len(pp.recs) == 0 {
+			r.head++
+		}
+	}
+	if r.head == len(r.pending) {
+		clear(r.pending)
+		r.pending, r.head = r.pending[:0], 0
+	}
+	if nrec > 0 {
+		r.m.records.Add(float64(nrec))
+		r.m.bytes.Add(float64(nbytes))
+	}
+	return buf, err
+}
+
+// take hands out records of one partition while buf has room. A record
+// counts as handed out once decoded, dropped or dead-lettered; the
+// partition's next offset follows the last one.
+func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, error) {
+	recs := pp.recs
+	n := 0
+	var err error
+	for n < len(recs) && len(buf) < cap(buf) {
+		rec := recs[n]
+		v, derr := r.decode(rec)
+		if derr != nil {
+			if err = r.undecodable(rec, derr); err != nil {
+				break
+			}
+		} else {
+			buf = append(buf, v)
+		}
+		*nbytes += len(rec.Key) + len(rec.Value)
+		n++
+	}
+	if n > 0 {
+		pp.ps.next = recs[n-1].Offset + 1
+		*nrec += n
+	}
+	pp.recs = recs[n:]
+	return buf, err
+}
+
+// undecodable applies the error policy; under Fail it returns the error
+// that fails the job, and the record stays unread.
+func (r *reader[T]) undecodable(rec *kgo.Record, err error) error {
+	switch r.src.cfg.OnDecodeError {
+	case Skip:
+		r.m.dropped.Inc()
+		r.warnLog.warn("kafka source: dropped an undecodable record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "error", err)
+		return nil
+	case DeadLetter:
+		r.dlq.write(rec, err)
+		return nil
+	}
+	return fmt.Errorf("%w: topic %q partition %d offset %d: %w", ErrDecode, rec.Topic, rec.Partition, rec.Offset, err)
+}
+
+// poll waits up to pollWait for fetches and queues their records.
+func (r *reader[T]) poll() error {
+	ctx, cancel := context.WithTimeout(r.bg, pollWait)
+	fetches := r.cl.PollFetches(ctx)
+	cancel()
+	var fatal error
+	readCommitted := !r.src.cfg.ReadUncommitted
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err != nil {
+			if err := r.fetchError(p.Topic, p.Partition, p.Err); err != nil && fatal == nil {
+				fatal = err
+			}
+		}
+		if len(p.Records) == 0 {
+			return
+		}
+		ps := r.parts[topicPartition{p.Topic, p.Partition}]
+		if ps == nil {
+			fatal = fmt.Errorf("kafka source: fetched %s/%d, which subtask %d does not read", p.Topic, p.Partition, r.subtask)
+			return
+		}
+		end := p.HighWatermark
+		if readCommitted {
+			end = p.LastStableOffset
+		}
+		ps.lag.Set(float64(max(0, end-(p.Records[len(p.Records)-1].Offset+1))))
+		r.pending = append(r.pending, pendingPart{ps: ps, recs: p.Records})
+	})
+	return fatal
+}
+
+// fetchError classifies a partition error of a fetch: the client already
+// retries what can be retried, so only a closed client ends Read.
+func (r *reader[T]) fetchError(topic string, partition int32, err error) error {
+	var loss *kgo.ErrDataLoss
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return nil // our poll timeout
+	case errors.Is(err, kgo.ErrClientClosed):
+		return fmt.Errorf("kafka source: %w", err)
+	case errors.As(err, &loss):
+		r.m.fetchErrors.Inc()
+		r.log.Error("kafka source: broker lost data; the client reset the partition's position", "topic", topic, "partition", partition, "error", err)
+		return nil
+	}
+	r.health.fail(fmt.Sprintf("fetch %s/%d", topic, partition), err)
+	return nil
+}
+
+// addDiscovered starts reading partitions the discoverer found, from their
+// earliest offset.
+func (r *reader[T]) addDiscovered() {
+	if r.disc == nil {
+		return
+	}
+	found, ok := r.disc.take()
+	if !ok {
+		return
+	}
+	from := make(map[string]map[int32]kgo.Offset)
+	for tp := range found {
+		if _, have := r.parts[tp]; !have {
+			r.addPart(tp, atEarliest, from)
+			r.log.Info("kafka source: new partition, reading from the earliest offset", "topic", tp.topic, "partition", tp.partition)
+		}
+	}
+	r.cl.AddConsumePartitions(from)
+}
+
+func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
+	if r.dlq != nil {
+		ctx, cancel := context.WithTimeout(r.bg, commitTimeout)
+		err := r.dlq.flush(ctx)
+		cancel()
+		if err != nil {
+			return state.OperatorState{}, err
+		}
+	}
+	if r.commit != nil {
+		if len(r.snaps) == maxRemembered {
+			r.snaps = append(r.snaps[:0], r.snaps[1:]...)
+		}
+		r.snaps = append(r.snaps, remembered{id: id, offsets: groupOffsets(r.parts)})
+	}
+	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts)}}, nil
+}
+
+// NotifyComplete commits the offsets of checkpoint id (or of the latest
+// one before it still remembered) to the group, for monitoring.
+func (r *reader[T]) NotifyComplete(id barrier.CheckpointID) error {
+	if r.commit == nil {
+		return nil
+	}
+	var latest kadm.Offsets
+	keep := r.snaps[:0]
+	for _, s := range r.snaps {
+		if s.id <= id {
+			latest = s.offsets
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	r.snaps = keep
+	if latest != nil {
+		r.commit.submit(latest)
+	}
+	return nil
+}
+
+func (r *reader[T]) Close() error {
+	r.src.mu.Lock()
+	delete(r.src.mu.live, r)
+	r.src.mu.Unlock()
+	if r.stop != nil {
+		r.stop()
+	}
+	r.wg.Wait()
+	if r.cl != nil {
+		r.cl.Close()
+	}
+	return nil
+}
