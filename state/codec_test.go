@@ -110,3 +110,32 @@ func TestListCodecRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecode feeds arbitrary bytes to every decoder: each must return a
+// value or an error wrapping ErrCorrupt, never panic.
+func FuzzDecode(f *testing.F) {
+	for _, seed := range [][]byte{nil, {0}, {1, 2, 3, 4}, Int64Codec{}.Append(nil, -3), []byte(`{"A":1}`), {9, 1, 2}} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		errs := []error{}
+		collect := func(_ any, err error) { errs = append(errs, err) }
+		collect(Int64Codec{}.Decode(b))
+		collect(IntCodec{}.Decode(b))
+		collect(Int32Codec{}.Decode(b))
+		collect(Uint64Codec{}.Decode(b))
+		collect(Float64Codec{}.Decode(b))
+		collect(BoolCodec{}.Decode(b))
+		collect(StringCodec{}.Decode(b))
+		collect(JSONCodec[struct{ A int }]{}.Decode(b))
+		collect(listCodec[string]{StringCodec{}}.Decode(b))
+		collect(listCodec[int32]{Int32Codec{}}.Decode(b))
+		_, _, _, err := ParseBackendKey(b)
+		errs = append(errs, err)
+		for i, err := range errs {
+			if err != nil && !errors.Is(err, ErrCorrupt) {
+				t.Errorf("decoder %d: %v does not wrap ErrCorrupt", i, err)
+			}
+		}
+	})
+}
