@@ -1,0 +1,116 @@
+package pipelines
+
+import "github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+
+// Pipeline is a validated job: its spec with every default filled in, the
+// schema at each point, the compiled expressions and the resolved tables.
+// It is immutable once loaded.
+type Pipeline struct {
+	File string
+	Spec *Spec
+	// Input is the sources' fields, in slots 0 to len(Input.Fields)-1.
+	Input *Schema
+	Steps []*Step
+	// Output is the fields after the last step: what key_by and the sinks
+	// see.
+	Output *Schema
+	// Width is the number of slots of a Row.
+	Width  int
+	Tables []*Table // one per sink, in order
+}
+
+// Step is one compiled transform.
+type Step struct {
+	// Filter, when set, drops the records for which it is false.
+	Filter *Program
+	// Assigns, for a map, write each program's value into its slot.
+	Assigns []Assignment
+	// Out is the schema after the step (drop, project and rename change
+	// only the schema).
+	Out *Schema
+}
+
+// Assignment is one field of a map step.
+type Assignment struct {
+	Field SchemaField
+	Prog  *Program
+}
+
+// Table is a table sink resolved against the output schema.
+type Table struct {
+	Spec    *TableSink
+	Key     []SchemaField
+	Columns []TableColumn
+}
+
+// TableColumn is a value column: its canonical function, the column type
+// the function is bound to, and the field it aggregates.
+type TableColumn struct {
+	Name   string
+	Func   string
+	Type   agg.Type
+	Params map[string]string
+	// Input is the aggregated field; nil for a count of records.
+	Input *SchemaField
+}
+
+// Transformer applies a pipeline's steps to rows. It is not safe for
+// concurrent use: make one per goroutine.
+type Transformer struct {
+	steps []stepEval
+}
+
+type stepEval struct {
+	filter  *Evaluator
+	assigns []assignEval
+}
+
+type assignEval struct {
+	slot int
+	ev   *Evaluator
+}
+
+// NewTransformer returns a transformer of p's steps.
+func (p *Pipeline) NewTransformer() *Transformer {
+	t := &Transformer{steps: make([]stepEval, 0, len(p.Steps))}
+	for _, s := range p.Steps {
+		var se stepEval
+		if s.Filter != nil {
+			se.filter = s.Filter.NewEvaluator()
+		}
+		for _, a := range s.Assigns {
+			se.assigns = append(se.assigns, assignEval{slot: a.Field.Slot, ev: a.Prog.NewEvaluator()})
+		}
+		if se.filter != nil || len(se.assigns) > 0 {
+			t.steps = append(t.steps, se)
+		}
+	}
+	return t
+}
+
+// Apply runs the steps on r in place (r has Pipeline.Width slots). It
+// returns false when a filter dropped the record. An error is an ErrEval
+// error, for the source's on_error policy.
+func (t *Transformer) Apply(r Row) (bool, error) {
+	for i := range t.steps {
+		s := &t.steps[i]
+		if s.filter != nil {
+			keep, err := s.filter.Eval(r)
+			if err != nil {
+				return false, err
+			}
+			if keep != true {
+				return false, nil
+			}
+		}
+		for j := range s.assigns {
+			a := &s.assigns[j]
+			v, err := a.ev.Eval(r)
+			if err != nil {
+				return false, err
+			}
+			r[a.slot] = v
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,216 @@
+package pipelines
+
+import "github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+
+// Spec is one job file as written, after defaults, ${VAR} substitution and
+// --set overrides. Validation results (schemas, compiled expressions) are in
+// Pipeline; Spec is plain data.
+type Spec struct {
+	Job             JobSection  `yaml:"job" required:"true" doc:"the job's identity and parallelism"`
+	Sources         []Source    `yaml:"source" required:"true" form:"one" doc:"one source, or a list of sources whose records are merged (union); every source must give the same fields"`
+	Transforms      []Transform `yaml:"transforms" doc:"steps applied in order to every record"`
+	KeyBy           []string    `yaml:"key_by" doc:"the fields records are partitioned by; when given it must equal the primary_key of every table sink"`
+	Sinks           []Sink      `yaml:"sink" required:"true" form:"one" doc:"one sink, or a list of sinks that all receive every record"`
+	Checkpoint      Checkpoint  `yaml:"checkpoint" doc:"periodic aligned checkpoints"`
+	Restart         Restart     `yaml:"restart" doc:"in-process restarts after a failure, each from the latest checkpoint"`
+	DataDir         string      `yaml:"data_dir" default:"./data" doc:"holds tables, checkpoints and state; --data-dir overrides it"`
+	HTTP            HTTP        `yaml:"http" doc:"the HTTP server: API, dashboard, /metrics, /livez, /readyz"`
+	Logging         Logging     `yaml:"logging" doc:"log output"`
+	ShutdownTimeout Duration    `yaml:"shutdown_timeout" default:"1m" doc:"after a stop signal, how long draining and the final checkpoint may take before the job is aborted"`
+}
+
+// JobSection names the job.
+type JobSection struct {
+	Name           string `yaml:"name" required:"true" doc:"the job's name: letters, digits, '.', '_' and '-'; unique among the jobs of a runner; names its checkpoints and state"`
+	Parallelism    int    `yaml:"parallelism" default:"1" min:"1" max:"32768" doc:"subtasks per operator"`
+	MaxParallelism int    `yaml:"max_parallelism" default:"128" min:"1" max:"32768" doc:"key groups: the most a job can ever be rescaled to; fixed for the job's life"`
+}
+
+// Source is one input of the job: exactly one of its kinds.
+type Source struct {
+	Name    string         `yaml:"name" doc:"the operator's name (default: the kind, numbered when several sources share it)"`
+	Kafka   *KafkaSource   `yaml:"kafka" doc:"read Kafka topics"`
+	Datagen *DatagenSource `yaml:"datagen" doc:"generate records"`
+}
+
+func (*Source) oneOf() []string { return []string{"kafka", "datagen"} }
+
+// Kind returns the registry name of the source's kind.
+func (s *Source) Kind() string {
+	if s.Datagen != nil {
+		return "datagen"
+	}
+	return "kafka"
+}
+
+// KafkaSource reads records from Kafka topics, with its partitions assigned
+// explicitly to subtasks and offsets kept in checkpoints.
+type KafkaSource struct {
+	Connection      `yaml:",inline"`
+	Topics          []string    `yaml:"topics" required:"true" doc:"the topics to read"`
+	Group           string      `yaml:"group" doc:"consumer group offsets are committed to after each checkpoint, for lag monitoring only (default: the job name)"`
+	Format          Format      `yaml:"format" default:"json" doc:"how a record value is decoded: json (an object whose keys are the schema's fields) or raw (the value as one field)"`
+	Schema          []Field     `yaml:"schema" form:"map" doc:"field name to type (string, int64, float64, bool, decimal(p,s), timestamp, bytes); required for json; for raw at most key and value, string or bytes (default {value: string})"`
+	StartOffset     StartOffset `yaml:"start_offset" default:"earliest" doc:"where a partition without checkpointed offset starts: earliest, latest or committed (the group's offset, else earliest)"`
+	IsolationLevel  Isolation   `yaml:"isolation_level" default:"read_committed" doc:"read_committed or read_uncommitted"`
+	OnError         OnError     `yaml:"on_error" default:"fail" doc:"a record that cannot be decoded or whose expressions fail: fail the job, skip it (counted in a metric) or dead_letter it"`
+	DeadLetterTopic string      `yaml:"dead_letter_topic" doc:"where on_error: dead_letter sends failed records, with the error in a header; required with dead_letter"`
+	FetchMaxBytes   Size        `yaml:"fetch_max_bytes" default:"50MiB" min:"1KiB" doc:"the most bytes one fetch may return"`
+}
+
+// Connection is how a client reaches Kafka. The brokers "embedded" (or
+// none) mean the runner's in-process broker.
+type Connection struct {
+	Brokers  []string `yaml:"brokers" doc:"seed brokers host:port; empty or [embedded]: the runner's in-process broker"`
+	ClientID string   `yaml:"client_id" default:"ebbflow" doc:"the Kafka client id"`
+	TLS      *TLS     `yaml:"tls" doc:"encrypt the connection (present: on)"`
+	SASL     *SASL    `yaml:"sasl" doc:"authenticate"`
+}
+
+// TLS configures an encrypted connection.
+type TLS struct {
+	CAFile             string `yaml:"ca_file" doc:"PEM file of the CAs to trust (default: the system's)"`
+	CertFile           string `yaml:"cert_file" doc:"PEM client certificate, for mutual TLS; needs key_file"`
+	KeyFile            string `yaml:"key_file" doc:"PEM client key; needs cert_file"`
+	ServerName         string `yaml:"server_name" doc:"the name to verify in the broker's certificate (default: the host)"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" default:"false" doc:"accept any broker certificate (tests only)"`
+}
+
+// SASL configures authentication. Put the password in the environment:
+// password: ${KAFKA_PASSWORD}.
+type SASL struct {
+	Mechanism Mechanism `yaml:"mechanism" required:"true" doc:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"`
+	Username  string    `yaml:"username" required:"true" doc:"the user"`
+	Password  Secret    `yaml:"password" required:"true" doc:"the password; write ${ENV_VAR} rather than the secret itself; never printed"`
+}
+
+// Field is one typed field of a record.
+type Field struct {
+	Name string   `key:"true"`
+	Type agg.Type `value:"true"`
+}
+
+// DatagenSource generates records from a seed: the same seed, count and
+// fields give the same records, so a replay after a restore is exact.
+type DatagenSource struct {
+	Seed   int64      `yaml:"seed" default:"1" doc:"the random seed"`
+	Rate   float64    `yaml:"rate" default:"1000" min:"0" doc:"records per second over all subtasks; 0: as fast as possible"`
+	Count  int64      `yaml:"count" default:"0" min:"0" doc:"records to generate, then the source ends; 0: endless"`
+	Topic  string     `yaml:"topic" doc:"when set, records are produced as JSON into this Kafka topic and the job reads them back from it; else they go straight into the job"`
+	Kafka  Connection `yaml:"kafka" doc:"the broker of topic (default: the embedded one)"`
+	Fields []GenField `yaml:"fields" required:"true" form:"map" doc:"field name to generator; exactly one of sequence, uniform, one_of, now per field"`
+}
+
+// GenField generates one field.
+type GenField struct {
+	Name     string       `key:"true"`
+	Type     *agg.Type    `yaml:"type" doc:"the field's type when the generator's is not wanted (e.g. one_of numbers as int64)"`
+	Sequence *SequenceGen `yaml:"sequence" doc:"int64: start, start+step, ..."`
+	Uniform  *UniformGen  `yaml:"uniform" doc:"a uniform random number in [min, max]: int64 when both bounds are integers, else float64"`
+	OneOf    []string     `yaml:"one_of" doc:"a random element of the list (string unless type says otherwise)"`
+	Weights  []float64    `yaml:"weights" doc:"relative weights of one_of's elements (default: equal)"`
+	Null     float64      `yaml:"null_ratio" default:"0" min:"0" max:"1" doc:"the share of records where the field is null"`
+	Now      bool         `yaml:"now" doc:"timestamp: the wall-clock time (not reproducible); write now: true"`
+}
+
+func (*GenField) oneOf() []string { return []string{"sequence", "uniform", "one_of", "now"} }
+
+// SequenceGen counts.
+type SequenceGen struct {
+	Start int64 `yaml:"start" default:"0" doc:"the first value"`
+	Step  int64 `yaml:"step" default:"1" doc:"the increment"`
+}
+
+// UniformGen draws uniformly from a closed range.
+type UniformGen struct {
+	Min Number `yaml:"min" required:"true" doc:"the lower bound"`
+	Max Number `yaml:"max" required:"true" doc:"the upper bound, at least min"`
+}
+
+// Transform is one step: exactly one of its kinds.
+type Transform struct {
+	Filter  *Expr    `yaml:"filter" doc:"keep the records for which the bool expression is true"`
+	Map     []Assign `yaml:"map" form:"map" doc:"field name to expression: adds or replaces fields; every expression of one map sees the record as it was before the map"`
+	Drop    []string `yaml:"drop" doc:"remove these fields"`
+	Project []string `yaml:"project" doc:"keep only these fields, in this order"`
+	Rename  []Rename `yaml:"rename" form:"map" doc:"old name to new name"`
+}
+
+func (*Transform) oneOf() []string { return []string{"filter", "map", "drop", "project", "rename"} }
+
+// Assign sets a field to the value of an expression.
+type Assign struct {
+	Field string `key:"true"`
+	Expr  Expr   `value:"true"`
+}
+
+// Rename renames a field.
+type Rename struct {
+	From string `key:"true"`
+	To   string `value:"true"`
+}
+
+// Sink is one output of the job: exactly one of its kinds.
+type Sink struct {
+	Name  string     `yaml:"name" doc:"the operator's name (default: the table's name)"`
+	Table *TableSink `yaml:"table" doc:"write into an aggregation-merge table"`
+}
+
+func (*Sink) oneOf() []string { return []string{"table"} }
+
+// Kind returns the registry name of the sink's kind.
+func (*Sink) Kind() string { return "table" }
+
+// TableSink writes records into a primary-key table whose columns aggregate.
+type TableSink struct {
+	Name       string     `yaml:"name" required:"true" doc:"the table: letters, digits, '.', '_' and '-'; jobs naming the same table share it (their columns must not overlap)"`
+	PrimaryKey []string   `yaml:"primary_key" required:"true" doc:"the fields that identify a row, in order; each must exist after the transforms and not be a column"`
+	Buckets    int        `yaml:"buckets" default:"16" min:"1" max:"65536" doc:"the fixed number of buckets; bucket = stable_hash(primary key) mod buckets"`
+	Columns    []Column   `yaml:"columns" required:"true" form:"map" doc:"column name to {agg, from, type, params}, in table order"`
+	OnDelete   OnDelete   `yaml:"on_delete" default:"ignore" doc:"a delete (-D) on input: ignore it, reject it (the job fails) or allow it (the row's columns are removed)"`
+	Changelog  *Changelog `yaml:"changelog" doc:"publish the table's changes to Kafka (absent: not published)"`
+}
+
+// Column is one aggregating column of a table.
+type Column struct {
+	Name   string            `key:"true"`
+	Agg    string            `yaml:"agg" default:"last_non_null_value" doc:"the aggregate function: sum, product, count, max, min, last_value, last_non_null_value (alias last_value_ignore_nulls), first_value, first_non_null_value (alias first_value_ignore_nulls), listagg, bool_and, bool_or, collect_set, rbm32, rbm64, hll"`
+	From   string            `yaml:"from" doc:"the input field (default: the column's name; count without from counts records)"`
+	Type   *agg.Type         `yaml:"type" doc:"the column's type (default: derived from the function and the input field's type); may widen int64 to float64 or decimal"`
+	Params map[string]string `yaml:"params" doc:"function parameters, e.g. listagg {delimiter: ';'}"`
+}
+
+// Changelog publishes a table's changes to a Kafka topic.
+type Changelog struct {
+	Connection `yaml:",inline"`
+	Topic      string          `yaml:"topic" doc:"the topic, one partition per bucket (default: <job>-<table>-changelog)"`
+	Format     ChangelogFormat `yaml:"format" default:"upsert-json" doc:"upsert-json (key = primary key, value = row, delete = tombstone) or debezium-json (before/after/op)"`
+	Mode       ChangelogMode   `yaml:"mode" default:"committed" doc:"committed (only changes covered by a completed checkpoint) or uncommitted (as written, undo entries included)"`
+}
+
+// Checkpoint configures the checkpoint coordinator.
+type Checkpoint struct {
+	Interval Duration       `yaml:"interval" default:"10s" doc:"time between periodic checkpoints; 0s: only the initial and final ones"`
+	MinPause Duration       `yaml:"min_pause" default:"0s" doc:"the least time between the end of one checkpoint and the start of the next"`
+	Timeout  Duration       `yaml:"timeout" default:"10m" min:"1ms" doc:"a checkpoint not completed by then is aborted"`
+	Retain   int            `yaml:"retain" default:"3" min:"1" doc:"completed checkpoints kept"`
+	Mode     CheckpointMode `yaml:"mode" default:"exactly_once" doc:"exactly_once (aligned barriers) or at_least_once"`
+}
+
+// Restart configures in-process restarts.
+type Restart struct {
+	MaxAttempts    int      `yaml:"max_attempts" default:"10" min:"-1" doc:"restarts allowed in a row (a completed checkpoint resets the count); -1: never restart"`
+	InitialBackoff Duration `yaml:"initial_backoff" default:"100ms" doc:"the wait before the first restart, doubled at each next one"`
+	MaxBackoff     Duration `yaml:"max_backoff" default:"30s" doc:"the longest wait between restarts"`
+}
+
+// HTTP configures the runner's HTTP server.
+type HTTP struct {
+	Address string `yaml:"address" default:"127.0.0.1:8081" doc:"host:port to listen on; empty: no server"`
+}
+
+// Logging configures the log output.
+type Logging struct {
+	Level  LogLevel  `yaml:"level" default:"info" doc:"debug, info, warn or error"`
+	Format LogFormat `yaml:"format" default:"text" doc:"text or json"`
+}

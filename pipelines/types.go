@@ -1,0 +1,158 @@
+package pipelines
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Duration is a Go duration string in a file ("10s", "1m30s"), never
+// negative.
+type Duration time.Duration
+
+// UnmarshalText parses a duration.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (write a number and a unit: 500ms, 10s, 1m30s)", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (*Duration) expected() string { return "a duration" }
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Size is a number of bytes, written with an optional unit: B, KiB, MiB,
+// GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000).
+type Size int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+}
+
+// UnmarshalText parses a size.
+func (s *Size) UnmarshalText(b []byte) error {
+	t := strings.TrimSpace(string(b))
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if n, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n < 0 || n*float64(mult) > math.MaxInt64 {
+		return fmt.Errorf("invalid size %q (write a number and a unit: 512KiB, 64MiB, 1GB)", b)
+	}
+	*s = Size(n * float64(mult))
+	return nil
+}
+
+func (*Size) expected() string { return "a size" }
+
+// Secret is a string that is never printed (a password).
+type Secret string
+
+// String masks the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "******"
+}
+
+// MarshalText masks the secret in JSON and YAML output.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Number is an integer or a floating-point number, as written.
+type Number struct {
+	Int     int64
+	Float   float64
+	IsFloat bool
+}
+
+// UnmarshalText parses a number; it is an integer unless written with a
+// fraction or an exponent.
+func (n *Number) UnmarshalText(b []byte) error {
+	if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		*n = Number{Int: i, Float: float64(i)}
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return fmt.Errorf("expected a number, got %q", b)
+	}
+	*n = Number{Float: f, IsFloat: true}
+	return nil
+}
+
+func (*Number) expected() string { return "a number" }
+
+// Expr is the source text of an expression (see package doc).
+type Expr string
+
+func (*Expr) expected() string { return "an expression (a string)" }
+
+// The enumerations of the file. Each lists its values for the decoder.
+type (
+	// Format is how a Kafka record value is decoded.
+	Format string
+	// StartOffset is where a partition starts without a checkpoint.
+	StartOffset string
+	// Isolation is the Kafka isolation level.
+	Isolation string
+	// OnError is the policy for a record that cannot be processed.
+	OnError string
+	// Mechanism is a SASL mechanism.
+	Mechanism string
+	// OnDelete is a table's delete behaviour.
+	OnDelete string
+	// ChangelogFormat is the wire format of a changelog topic.
+	ChangelogFormat string
+	// ChangelogMode says which changes a changelog publishes.
+	ChangelogMode string
+	// CheckpointMode is exactly_once or at_least_once.
+	CheckpointMode string
+	// LogLevel is the least level logged.
+	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+)
+
+// The values of the enumerations that code compares against.
+const (
+	FormatJSON Format = "json"
+	FormatRaw  Format = "raw"
+
+	OnErrorFail       OnError = "fail"
+	OnErrorSkip       OnError = "skip"
+	OnErrorDeadLetter OnError = "dead_letter"
+)
+
+func (Format) enumValues() []string      { return []string{"json", "raw"} }
+func (StartOffset) enumValues() []string { return []string{"earliest", "latest", "committed"} }
+func (Isolation) enumValues() []string   { return []string{"read_committed", "read_uncommitted"} }
+func (OnError) enumValues() []string     { return []string{"fail", "skip", "dead_letter"} }
+func (Mechanism) enumValues() []string {
+	return []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+}
+func (OnDelete) enumValues() []string        { return []string{"ignore", "reject", "allow"} }
+func (ChangelogFormat) enumValues() []string { return []string{"upsert-json", "debezium-json"} }
+func (ChangelogMode) enumValues() []string   { return []string{"committed", "uncommitted"} }
+func (CheckpointMode) enumValues() []string  { return []string{"exactly_once", "at_least_once"} }
+func (LogLevel) enumValues() []string        { return []string{"debug", "info", "warn", "error"} }
+func (LogFormat) enumValues() []string       { return []string{"text", "json"} }
