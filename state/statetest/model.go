@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,7 +81,13 @@ const (
 // every restore. The cache is small, so entries are evicted all the time.
 func testModel(t *testing.T, f state.BackendFactory) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if env := os.Getenv("STATETEST_SEED"); env != "" {
+		var err error
+		if seed, err = strconv.ParseUint(env, 10, 64); err != nil {
+			t.Fatalf("STATETEST_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d (set STATETEST_SEED to repeat)", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
 	h := newHarness(t, f, state.DefaultMaxParallelism, modelCache)
 	sub := h.open(1, 0, nil)
