@@ -44,7 +44,7 @@ func TestIssueExample(t *testing.T) {
 		Sources: []Source{{Name: "kafka", Kafka: &KafkaSource{
 			Connection: Connection{Brokers: []string{"embedded"}, ClientID: "ebbflow"},
 			Topics:     []string{"orders"}, Group: "revenue", Format: FormatJSON,
-			Schema: []Field{{"user", agg.String}, {"region", agg.String}, {"amount", agg.Int64}, {"status", agg.String}},
+			Schema:      []Field{{"user", agg.String}, {"region", agg.String}, {"amount", agg.Int64}, {"status", agg.String}},
 			StartOffset: "earliest", IsolationLevel: "read_committed", OnError: OnErrorSkip, FetchMaxBytes: 50 << 20,
 		}}},
 		Transforms: []Transform{
@@ -98,7 +98,9 @@ func schemaString(s *Schema) string {
 	return strings.Join(b, " ")
 }
 
-func fieldString(f SchemaField) string { return f.Name + ":" + f.Type.String() + "@" + strconv.Itoa(f.Slot) }
+func fieldString(f SchemaField) string {
+	return f.Name + ":" + f.Type.String() + "@" + strconv.Itoa(f.Slot)
+}
 
 func tableString(t *Table) string {
 	var key []string
