@@ -107,7 +107,7 @@ func (st *applyState) record(bucket uint32, r encoding.Record, rows int64) {
 }
 
 func (t *Table) writeError(i int, key []byte, err error) error {
-	k, kerr := encoding.DecodeKey(key, t.keyTypes)
+	k, kerr := encoding.DecodeKey(key, t.keyTypes, nil)
 	if kerr != nil {
 		return fmt.Errorf("apply batch to %q: write %d: %w", t.dir, i, err)
 	}

@@ -147,7 +147,7 @@ func (t *Table) readChunk(bucket uint32, k, v []byte, from uint64, e *Entry, fn 
 		}
 		*e = Entry{Writer: Writer{ID: h.Writer, Epoch: h.Epoch}, Undo: h.Undo, Marker: r.Marker}
 		if r.Op != encoding.OpMarker {
-			if e.Key, err = encoding.DecodeKey(r.Key, t.keyTypes); err == nil {
+			if e.Key, err = encoding.DecodeKey(r.Key, t.keyTypes, nil); err == nil {
 				e.Before, e.After, err = t.decodeImages(r)
 			}
 			if err != nil {

@@ -64,7 +64,7 @@ func (t *Table) Count() uint64 {
 }
 
 // Scan calls fn for every row, bucket by bucket, on one consistent snapshot.
-// The row's slices are valid only during the call. An error from fn stops
+// The row's slices are reused: they are valid only during the call. An error from fn stops
 // the scan and is returned.
 func (t *Table) Scan(fn func(Row) error) error { return t.ScanPrefix(nil, fn) }
 
@@ -98,14 +98,14 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 // scan walks the rows of every bucket under the encoded key prefix p. One
 // iterator is one snapshot, however many times it seeks.
 func (t *Table) scan(it *pebble.Iterator, p []byte, fn func(Row) error) error {
-	var vals []agg.Value
+	var key, vals []agg.Value
 	var lo []byte
 	for b := range uint32(t.schema.Buckets) {
 		lo = append(encoding.RowPrefix(lo[:0], b), p...)
 		for ok := it.SeekGE(lo); ok && hasPrefix(it.Key(), lo); ok = it.Next() {
 			k := it.Key()[len(lo)-len(p):]
-			key, err := encoding.DecodeKey(k, t.keyTypes)
-			if err != nil {
+			var err error
+			if key, err = encoding.DecodeKey(k, t.keyTypes, key); err != nil {
 				return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
 			}
 			if vals, err = encoding.DecodeRow(it.Value(), t.valTypes, vals); err != nil {

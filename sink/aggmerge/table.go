@@ -22,7 +22,8 @@ type Options struct {
 	// SyncWrites makes every Apply durable before it returns. By default
 	// writes are unsynced and Sync makes them durable.
 	SyncWrites bool
-	// MemTableSize is pebble's memtable size in bytes. Default 64 MiB.
+	// MemTableSize is pebble's memtable size in bytes. Default 32 MiB:
+	// larger memtables write fewer bytes but make every insert slower.
 	MemTableSize uint64
 	// BlockCacheSize is pebble's block cache in bytes. Default 64 MiB.
 	BlockCacheSize int64
@@ -33,7 +34,7 @@ func (o Options) withDefaults() Options {
 		o.CacheRows = 1 << 20
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 64 << 20
+		o.MemTableSize = 32 << 20
 	}
 	if o.BlockCacheSize == 0 {
 		o.BlockCacheSize = 64 << 20

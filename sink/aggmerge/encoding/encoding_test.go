@@ -41,7 +41,7 @@ func TestKeyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := DecodeKey(k, keyTypes)
+	got, err := DecodeKey(k, keyTypes, nil)
 	if err != nil || !equalVals(got, sampleKey()) {
 		t.Fatalf("DecodeKey = %v, %v", got, err)
 	}
@@ -131,7 +131,7 @@ func FuzzDecodeKey(f *testing.F) {
 	k, _ := AppendKey(nil, keyTypes, sampleKey())
 	f.Add(k)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		vals, err := DecodeKey(b, keyTypes)
+		vals, err := DecodeKey(b, keyTypes, nil)
 		if err != nil {
 			return
 		}
@@ -139,7 +139,7 @@ func FuzzDecodeKey(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if back, err := DecodeKey(again, keyTypes); err != nil || !equalVals(back, vals) {
+		if back, err := DecodeKey(again, keyTypes, nil); err != nil || !equalVals(back, vals) {
 			t.Fatalf("key does not round-trip: %v vs %v (%v)", vals, back, err)
 		}
 	})

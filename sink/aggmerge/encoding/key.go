@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/shopspring/decimal"
@@ -55,13 +56,14 @@ func AppendKey(dst []byte, types []agg.Type, key []agg.Value) ([]byte, error) {
 	return dst, nil
 }
 
-// DecodeKey decodes a full primary key of the given types.
-func DecodeKey(b []byte, types []agg.Type) ([]agg.Value, error) {
+// DecodeKey decodes a full primary key of the given types into dst (reused
+// when it has the capacity) and returns it.
+func DecodeKey(b []byte, types []agg.Type, dst []agg.Value) ([]agg.Value, error) {
 	d := decoder{b: b}
 	if v := d.byte(); v != Version {
 		return nil, corrupt("key version %d", v)
 	}
-	out := make([]agg.Value, len(types))
+	out := slices.Grow(dst[:0], len(types))[:len(types)]
 	for i, t := range types {
 		switch t.Kind {
 		case agg.KindBool:
