@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -303,5 +304,25 @@ func TestWriteErrors(t *testing.T) {
 	}
 	if err := part.Delete(Overwrite, key("a"), []agg.Value{agg.IntValue(1), agg.NullValue()}); !errors.Is(err, ErrBadWrite) {
 		t.Errorf("overwrite delete with values: %v", err)
+	}
+}
+
+// TestKeyEncodingPinned pins the documented key bytes and bucket function,
+// which other tools rely on (docs/TABLE.md).
+func TestKeyEncodingPinned(t *testing.T) {
+	tbl, err := Open(t.TempDir(), smallSchema(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	k, err := tbl.EncodeKey(key("ada"))
+	if err != nil || string(k) != "\x01\x03ada" {
+		t.Fatalf("key bytes %x, %v", k, err)
+	}
+	if got := BucketOf(k, 16); got != int(xxhash.Sum64String("\x01\x03ada")%16) {
+		t.Errorf("bucket %d", got)
+	}
+	if b, _ := tbl.Bucket(key("ada")); b != BucketOf(k, 2) {
+		t.Errorf("Table.Bucket %d", b)
 	}
 }
