@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -27,6 +29,9 @@ type health struct {
 func (h *health) ok() { h.lastOK.Store(time.Now().UnixNano()) }
 
 func (h *health) fail(what string, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+		return // closing
+	}
 	msg := fmt.Sprintf("%s: %v", what, err)
 	h.msg.Store(&msg)
 	h.lastErr.Store(time.Now().UnixNano())

@@ -64,13 +64,17 @@ func newSource[T any](t testing.TB, cfg kafka.Config, f kafka.Format[T]) *kafka.
 
 // runUntilCommitted runs j until the collecting sink under out has
 // committed at least want records, then stops it with a final checkpoint
-// and returns what was committed.
-func runUntilCommitted(t testing.TB, j *runtime.Job, out string, want int) []operators.Event {
+// and returns what was committed. The during functions run, in order, on
+// the test goroutine while the job runs.
+func runUntilCommitted(t testing.TB, j *runtime.Job, out string, want int, during ...func()) []operators.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
+	for _, f := range during {
+		f()
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

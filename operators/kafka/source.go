@@ -146,7 +146,14 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	if cfg.ReadUncommitted {
 		isolation = kgo.ReadUncommitted()
 	}
-	opts = append(opts, kgo.FetchIsolationLevel(isolation), kgo.WithHooks(r.health))
+	// A partition added while a fetch to its broker long-polls waits for
+	// that fetch to end: franz-go's 5 s MaxWait would stall partitions that
+	// start at their earliest offset (their start is listed first) behind
+	// idle ones, so wait no longer than the Java client's 500 ms. A
+	// discovered partition is fetched after the client's next metadata
+	// refresh, at most MetadataMinAge after it is added (5 s by default).
+	opts = append(opts, kgo.FetchIsolationLevel(isolation), kgo.WithHooks(r.health),
+		kgo.FetchMaxWait(500*time.Millisecond), kgo.MetadataMinAge(time.Second))
 	opts = append(opts, cfg.ClientOptions...)
 	if r.cl, err = kgo.NewClient(opts...); err != nil {
 		return fmt.Errorf("kafka source: new client: %w", err)
