@@ -32,8 +32,8 @@ func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build f
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-	if got.Load() == 0 {
-		b.Fatal("nothing reached the sink")
+	if got.Load() != int64(b.N) {
+		b.Fatalf("%d records reached the sink, want %d", got.Load(), b.N)
 	}
 }
 
