@@ -1,4 +1,29 @@
-// Package pipelines loads YAML job files strictly (every error reported as
-// file:line:col), compiles their expressions, and builds runtime jobs from
-// them through a registry of sources and sinks filled by the wiring.
+// Package pipelines loads YAML job files strictly and compiles their
+// expressions; building runtime jobs from them goes through a Registry of
+// source and sink constructors that the wiring fills (this package never
+// imports Kafka, pebble or the table engine).
+//
+// Load parses each document of each file into yaml.v3 nodes, applies the
+// --set overrides to the node tree, and decodes the tree against Spec, led
+// by struct tags (see decode.go): defaults first, then the file's values
+// with ${VAR} substitution. It then validates what crosses keys: the fields
+// at each step of the pipeline, the expressions (compiled with expr-lang and
+// type-checked against those fields), the table columns against the
+// aggregate catalog of sink/aggmerge/agg, key_by against primary_key, and,
+// across jobs, names and shared tables. The key reference docs/YAML.md is
+// generated from the same tags and checked by a test.
+//
+// Invariants:
+//   - Load reports every problem it finds, each as file:line:col: path:
+//     message, sorted by position; it returns jobs only when there is none;
+//   - a loaded Pipeline is complete and immutable: every default is filled
+//     in (computed ones too: group, changelog topic, column from, names),
+//     every expression compiled, every column bound to a type its function
+//     accepts;
+//   - a Row holds one slot per field ever defined (Pipeline.Width); a step
+//     never moves a value, so a Program reads fixed slots; a value's Go type
+//     matches its field's type (see Row);
+//   - Program and Pipeline are safe to share; Evaluator and Transformer are
+//     per goroutine. A runtime failure of an expression is an ErrEval error,
+//     never a panic, so the source's on_error policy can apply.
 package pipelines

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/state"
 )
@@ -255,5 +257,19 @@ func TestSecretMasked(t *testing.T) {
 		if strings.Contains(out, "hunter2") {
 			t.Errorf("secret printed: %s", out)
 		}
+	}
+}
+
+func TestRuntimeOptions(t *testing.T) {
+	s := load(t, Options{Set: []string{"restart.max_attempts=0", "checkpoint.mode=at_least_once", "checkpoint.min_pause=2s"}}, "testdata/valid/issue.yaml")[0].Spec
+	got := s.RuntimeOptions()
+	want := runtime.Options{Name: "revenue", DataDir: "./data", Parallelism: 2, MaxParallelism: 128,
+		Checkpoint: runtime.CheckpointOptions{Interval: time.Second, MinPause: 2 * time.Second, Timeout: time.Minute, Retain: 3, Mode: barrier.AtLeastOnce},
+		Restart:    runtime.RestartOptions{MaxAttempts: -1, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 30 * time.Second}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	if s := load(t, Options{}, "testdata/valid/issue.yaml")[0].Spec.RuntimeOptions(); s.Restart.MaxAttempts != 10 || s.Checkpoint.Mode != barrier.ExactlyOnce {
+		t.Errorf("defaults: %+v", s)
 	}
 }

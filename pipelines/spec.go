@@ -199,7 +199,7 @@ type Checkpoint struct {
 
 // Restart configures in-process restarts.
 type Restart struct {
-	MaxAttempts    int      `yaml:"max_attempts" default:"10" min:"-1" doc:"restarts allowed in a row (a completed checkpoint resets the count); -1: never restart"`
+	MaxAttempts    int      `yaml:"max_attempts" default:"10" min:"0" doc:"restarts allowed in a row (a completed checkpoint resets the count); 0: never restart"`
 	InitialBackoff Duration `yaml:"initial_backoff" default:"100ms" doc:"the wait before the first restart, doubled at each next one"`
 	MaxBackoff     Duration `yaml:"max_backoff" default:"30s" doc:"the longest wait between restarts"`
 }
