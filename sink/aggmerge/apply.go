@@ -58,6 +58,9 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	if closed {
 		return Result{}, ErrClosed
 	}
+	if err := t.checkWriter(b); err != nil {
+		return Result{}, err
+	}
 	st := t.applyState()
 	defer st.reset()
 	var res Result

@@ -18,7 +18,9 @@
 // update). It reads each old row from the write-through row cache (pebble
 // only on a miss in a cache that does not hold the whole table), merges,
 // and commits unsynced by default; Table.Sync makes everything so far
-// durable.
+// durable. Writers may register (Register): a registered writer's batches
+// of an older epoch are fenced, and two jobs cannot register overlapping
+// target columns.
 //
 // Invariants:
 //   - rows and log never disagree: replaying a bucket's log from its first

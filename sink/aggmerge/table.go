@@ -73,6 +73,7 @@ type Table struct {
 		closed  bool
 		buckets []encoding.BucketState
 		cache   rowCache
+		writers map[string]Registration // by writer id
 	}
 }
 
@@ -108,7 +109,11 @@ func Open(dir string, schema Schema, opts Options) (*Table, error) {
 		return nil, fmt.Errorf("open table %q: %w", dir, err)
 	}
 	t := &Table{dir: dir, db: db, opts: opts}
-	if err := t.load(schema, funcs, given); err != nil {
+	err = t.load(schema, funcs, given)
+	if err == nil {
+		err = t.loadWriters()
+	}
+	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open table %q: %w", dir, err)
 	}

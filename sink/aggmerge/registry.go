@@ -1,0 +1,179 @@
+package aggmerge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+)
+
+// Registry errors.
+var (
+	ErrFenced         = errors.New("aggmerge: writer epoch fenced by a newer registration")
+	ErrColumnConflict = errors.New("aggmerge: target columns overlap another job's writer")
+)
+
+// Registration is a writer registered with the table: the exactly-once
+// writer registers before it writes, so that a zombie of an older epoch is
+// fenced and two jobs cannot write the same columns. A registration
+// outlives restarts; only Unregister removes it.
+type Registration struct {
+	Writer  string   `json:"writer"`
+	Job     string   `json:"job"`
+	Columns []string `json:"columns,omitempty"` // empty: every value column
+	Epoch   uint64   `json:"epoch"`
+}
+
+const metaWriterPrefix = "writer/"
+
+// Register registers writer of job for the given target columns (empty:
+// all) and returns its new epoch: 1 the first time, one more than the last
+// on every later call. From then on, Apply refuses batches of this writer
+// with an older epoch (ErrFenced) or with columns outside the registered
+// ones. Registering columns that overlap a writer of another job is
+// ErrColumnConflict; the same writer id under another job is refused too.
+func (t *Table) Register(job, writer string, columns []string) (uint64, error) {
+	if writer == "" || job == "" {
+		return 0, fmt.Errorf("register writer: %w: empty job or writer id", ErrBadWrite)
+	}
+	cols, err := t.canonicalColumns(columns)
+	if err != nil {
+		return 0, fmt.Errorf("register writer %q: %w", writer, err)
+	}
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.mu.RLock()
+	prev, had := t.mu.writers[writer]
+	others := make([]Registration, 0, len(t.mu.writers))
+	for _, r := range t.mu.writers {
+		others = append(others, r)
+	}
+	t.mu.RUnlock()
+	if had && prev.Job != job {
+		return 0, fmt.Errorf("register writer %q for job %q: %w: it belongs to job %q", writer, job, ErrColumnConflict, prev.Job)
+	}
+	sort.Slice(others, func(i, j int) bool { return others[i].Writer < others[j].Writer })
+	for _, o := range others {
+		if o.Job != job && overlap(cols, o.Columns) {
+			return 0, fmt.Errorf("register writer %q of job %q on %v: %w: writer %q of job %q on %v",
+				writer, job, display(cols), ErrColumnConflict, o.Writer, o.Job, display(o.Columns))
+		}
+	}
+	reg := Registration{Writer: writer, Job: job, Columns: cols, Epoch: prev.Epoch + 1}
+	raw, err := json.Marshal(reg)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.db.Set(encoding.MetaKey(metaWriterPrefix+writer), raw, pebble.Sync); err != nil {
+		return 0, fmt.Errorf("register writer %q: %w", writer, err)
+	}
+	t.mu.Lock()
+	t.mu.writers[writer] = reg
+	t.mu.Unlock()
+	return reg.Epoch, nil
+}
+
+// Unregister removes a writer's registration (an operator command: the
+// writer will not come back to undo its writes).
+func (t *Table) Unregister(writer string) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if err := t.db.Delete(encoding.MetaKey(metaWriterPrefix+writer), pebble.Sync); err != nil {
+		return fmt.Errorf("unregister writer %q: %w", writer, err)
+	}
+	t.mu.Lock()
+	delete(t.mu.writers, writer)
+	t.mu.Unlock()
+	return nil
+}
+
+// Writers returns the registrations, ordered by writer id.
+func (t *Table) Writers() []Registration {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]Registration, 0, len(t.mu.writers))
+	for _, r := range t.mu.writers {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Writer < out[j].Writer })
+	return out
+}
+
+// checkWriter fences batches of a registered writer with an older epoch or
+// with columns it did not register. Unregistered writers pass: the table is
+// usable without the exactly-once writer.
+func (t *Table) checkWriter(b *Batch) error {
+	t.mu.RLock()
+	reg, ok := t.mu.writers[b.writer.ID]
+	t.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	if b.writer.Epoch < reg.Epoch {
+		return fmt.Errorf("apply batch of writer %q epoch %d to %q: %w (epoch %d)", b.writer.ID, b.writer.Epoch, t.dir, ErrFenced, reg.Epoch)
+	}
+	if len(reg.Columns) == 0 {
+		return nil
+	}
+	for _, c := range b.cols {
+		if name := t.schema.Values[c].Name; !slices.Contains(reg.Columns, name) {
+			return fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", b.writer.ID, t.dir, ErrBadWrite, name)
+		}
+	}
+	return nil
+}
+
+// canonicalColumns checks the names and returns them sorted; naming every
+// value column is the same as naming none.
+func (t *Table) canonicalColumns(columns []string) ([]string, error) {
+	cols := slices.Clone(columns)
+	slices.Sort(cols)
+	cols = slices.Compact(cols)
+	for _, c := range cols {
+		if t.schema.ValueIndex(c) < 0 {
+			return nil, fmt.Errorf("%w: no value column %q", ErrBadWrite, c)
+		}
+	}
+	if len(cols) == len(t.schema.Values) {
+		return nil, nil
+	}
+	return cols, nil
+}
+
+func overlap(a, b []string) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(a, func(c string) bool { return slices.Contains(b, c) })
+}
+
+func display(cols []string) any {
+	if len(cols) == 0 {
+		return "all columns"
+	}
+	return cols
+}
+
+// loadWriters reads the registrations.
+func (t *Table) loadWriters() error {
+	t.mu.writers = map[string]Registration{}
+	lo := encoding.MetaKey(metaWriterPrefix)
+	hi := encoding.MetaKey("writer0") // the end of the "writer/" range
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		var r Registration
+		if err := json.Unmarshal(it.Value(), &r); err != nil {
+			_ = it.Close()
+			return fmt.Errorf("%w: writer registration %q: %v", ErrCorrupt, it.Key(), err)
+		}
+		t.mu.writers[r.Writer] = r
+	}
+	return it.Close()
+}
