@@ -73,6 +73,14 @@ func compile(src string, in *Schema, filter bool) (*Program, error) {
 	p := &Program{src: src, prog: prog}
 	root := prog.Node()
 	seen := map[string]bool{}
+	if env := ast.Find(root, func(n ast.Node) bool {
+		id, ok := n.(*ast.IdentifierNode)
+		return ok && id.Value == "$env"
+	}); env != nil {
+		// The environment holds only the fields an expression names.
+		line, col := lineCol(src, env.Location().From)
+		return nil, &exprError{Line: line, Column: col, Msg: "$env is not supported: name the fields"}
+	}
 	ast.Find(root, func(n ast.Node) bool {
 		if id, ok := n.(*ast.IdentifierNode); ok && !seen[id.Value] {
 			if f, ok := in.Field(id.Value); ok {
@@ -89,6 +97,23 @@ func compile(src string, in *Schema, filter bool) (*Program, error) {
 	}
 	p.conv = converter(p.typ)
 	return p, nil
+}
+
+// lineCol turns a rune offset into src into expr's line (1-based) and
+// column (0-based).
+func lineCol(src string, offset int) (line, col int) {
+	line = 1
+	for i, r := range []rune(src) {
+		if i == offset {
+			break
+		}
+		if r == '\n' {
+			line, col = line+1, 0
+		} else {
+			col++
+		}
+	}
+	return line, col
 }
 
 func zeroOf(t agg.Type) any {

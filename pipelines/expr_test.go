@@ -197,3 +197,11 @@ sink: {table: {name: t, primary_key: [user], columns: {total: {agg: sum, from: a
 	b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/row")
 }
+
+func TestEnvVariableRefused(t *testing.T) {
+	s := &Schema{Fields: []SchemaField{{Name: "a", Type: agg.Int64}}}
+	_, err := compile(`$env["a"] > 1`, s, true)
+	if err == nil || err.Error() != "$env is not supported: name the fields" {
+		t.Errorf("compile = %v", err)
+	}
+}

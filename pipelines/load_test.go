@@ -273,3 +273,22 @@ func TestRuntimeOptions(t *testing.T) {
 		t.Errorf("defaults: %+v", s)
 	}
 }
+
+// Overrides reach every document, each with its own copy of the value, and
+// refuse to turn a list into a mapping.
+func TestOverridesSeveralJobs(t *testing.T) {
+	ps := load(t, Options{Set: []string{"logging={level: debug}", "logging.format=json"}}, "testdata/valid/datagen.yaml")
+	for _, p := range ps {
+		if p.Spec.Logging != (Logging{Level: "debug", Format: "json"}) {
+			t.Errorf("%s: logging %+v", p.Spec.Job.Name, p.Spec.Logging)
+		}
+	}
+	fs, err := ReadFiles("testdata/valid/datagen.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(fs, Options{LookupEnv: noEnv, Set: []string{"sink.table.buckets=2"}})
+	if err == nil || err.Error() != "--set:1:6: sink: is a list: write sink[i].table" {
+		t.Errorf("got %v", err)
+	}
+}

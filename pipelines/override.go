@@ -104,13 +104,17 @@ func (o override) apply(d *decoder, root *yaml.Node) {
 				return
 			}
 			if last {
-				cur.Content[st.index] = d.markTree(o.value)
+				cur.Content[st.index] = d.markTree(clone(o.value))
 				return
 			}
 			cur = cur.Content[st.index]
 			continue
 		}
-		if cur.Kind != yaml.MappingNode {
+		switch {
+		case cur.Kind == yaml.SequenceNode:
+			d.errorf(d.mark(&yaml.Node{Line: o.n, Column: st.col}), o.prefix(i), "is a list: write %s[i].%s", o.prefix(i), st.key)
+			return
+		case cur.Kind != yaml.MappingNode:
 			// A null or a scalar where the path goes on: make it a mapping.
 			*cur = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: cur.Line, Column: cur.Column}
 		}
@@ -119,7 +123,7 @@ func (o override) apply(d *decoder, root *yaml.Node) {
 			if cur.Content[j].Value == st.key {
 				next = cur.Content[j+1]
 				if last {
-					cur.Content[j+1] = d.markTree(o.value)
+					cur.Content[j+1] = d.markTree(clone(o.value))
 				}
 				break
 			}
@@ -128,12 +132,23 @@ func (o override) apply(d *decoder, root *yaml.Node) {
 			key := d.mark(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: st.key, Line: o.n, Column: st.col})
 			next = d.mark(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: o.n, Column: st.col})
 			if last {
-				next = d.markTree(o.value)
+				next = d.markTree(clone(o.value))
 			}
 			cur.Content = append(cur.Content, key, next)
 		}
 		cur = next
 	}
+}
+
+// clone copies a value tree, so that each job gets its own (a later --set
+// may add to it).
+func clone(n *yaml.Node) *yaml.Node {
+	c := *n
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, k := range n.Content {
+		c.Content[i] = clone(k)
+	}
+	return &c
 }
 
 // mark records n as coming from a --set flag.
