@@ -128,3 +128,34 @@ func cpuTime() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// BenchmarkReadLog reads a bucket's log of 1M upserts over 100k keys from
+// offset 0, decoding every entry (what undo and the exporter do).
+func BenchmarkReadLog(b *testing.B) {
+	t, err := Open(b.TempDir(), Schema{Key: benchSchema().Key, Values: benchSchema().Values, Buckets: 1}, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	batch, _ := t.NewBatch(Writer{ID: "fill"}, nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 1_000_000 {
+		v := agg.IntValue(int64(rng.IntN(1000)))
+		_ = batch.Upsert(Aggregate, []agg.Value{agg.IntValue(int64(rng.IntN(100_000)))}, []agg.Value{v, v, v})
+		if batch.Len() == 1000 || i == 999_999 {
+			if _, err := t.Apply(batch); err != nil {
+				b.Fatal(err)
+			}
+			batch.Reset()
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	entries := 0
+	for range b.N {
+		if err := t.ReadLog(0, 0, func(*Entry) error { entries++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(entries)/b.Elapsed().Seconds(), "entries/s")
+}

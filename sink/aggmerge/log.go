@@ -84,7 +84,8 @@ func (t *Table) checkBucket(bucket int) error {
 // end as of the call, in offset order, on one consistent snapshot. Reading
 // from the end reads nothing; from beyond the end is ErrBeyondLogEnd, from
 // below the retained start ErrBelowLogStart. An error from fn stops the read
-// and is returned.
+// and is returned. The *Entry is reused between calls; its slices are not
+// and may be kept.
 func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 	if err := t.checkBucket(bucket); err != nil {
 		return err
