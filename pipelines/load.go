@@ -57,7 +57,10 @@ func Load(files []File, opts Options) ([]*Pipeline, error) {
 		errs = append(errs, es...)
 	}
 	if len(errs) == 0 {
-		errs = crossCheck(out)
+		crossCheck(out)
+		for _, p := range out {
+			errs = append(errs, p.where.errs...)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs.sort()
@@ -115,13 +118,10 @@ func syntaxError(file string, err error) *Error {
 	return e
 }
 
-// crossCheck checks what concerns several jobs: unique names, and tables
-// shared by jobs agreeing on their key and buckets with disjoint columns.
-func crossCheck(ps []*Pipeline) Errors {
-	var errs Errors
-	fail := func(p *Pipeline, format string, args ...any) {
-		errs = append(errs, &Error{File: p.File, Line: 1, Column: 1, Msg: fmt.Sprintf(format, args...)})
-	}
+// crossCheck checks what concerns several jobs, recording errors in the
+// later job: unique names, and tables shared by jobs agreeing on their key
+// and buckets with disjoint columns.
+func crossCheck(ps []*Pipeline) {
 	jobs := map[string]*Pipeline{}
 	type owner struct {
 		p *Pipeline
@@ -130,24 +130,22 @@ func crossCheck(ps []*Pipeline) Errors {
 	tables := map[string][]owner{}
 	for _, p := range ps {
 		if q, dup := jobs[p.Spec.Job.Name]; dup {
-			fail(p, "job name %q is also used by %s", p.Spec.Job.Name, q.File)
+			p.where.fail("job.name", "job name %q is also used in %s", p.Spec.Job.Name, q.File)
 		}
 		jobs[p.Spec.Job.Name] = p
 		for _, t := range p.Tables {
 			for _, o := range tables[t.Spec.Name] {
-				switch {
-				case !slices.Equal(o.t.Spec.PrimaryKey, t.Spec.PrimaryKey) || o.t.Spec.Buckets != t.Spec.Buckets:
-					fail(p, "table %q: primary key and buckets differ from job %q's", t.Spec.Name, o.p.Spec.Job.Name)
-				default:
-					for _, c := range t.Columns {
-						if slices.ContainsFunc(o.t.Columns, func(d TableColumn) bool { return d.Name == c.Name }) {
-							fail(p, "table %q: column %q is also written by job %q", t.Spec.Name, c.Name, o.p.Spec.Job.Name)
-						}
+				if !slices.Equal(o.t.Spec.PrimaryKey, t.Spec.PrimaryKey) || o.t.Spec.Buckets != t.Spec.Buckets {
+					p.where.fail(t.path, "table %q: primary key and buckets differ from job %q's", t.Spec.Name, o.p.Spec.Job.Name)
+					continue
+				}
+				for _, c := range t.Columns {
+					if slices.ContainsFunc(o.t.Columns, func(d TableColumn) bool { return d.Name == c.Name }) {
+						p.where.fail(t.path+".columns."+c.Name, "table %q: column %q is also written by job %q", t.Spec.Name, c.Name, o.p.Spec.Job.Name)
 					}
 				}
 			}
 			tables[t.Spec.Name] = append(tables[t.Spec.Name], owner{p, t})
 		}
 	}
-	return errs
 }

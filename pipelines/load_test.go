@@ -218,26 +218,26 @@ func TestEnvSubstitution(t *testing.T) {
 
 // Several files: each a job; names unique, shared tables consistent.
 func TestSeveralFiles(t *testing.T) {
-	job := func(name, table, col string, buckets int) File {
-		return File{Name: name + ".yaml", Data: []byte(`
+	job := func(file, name, table, col string, buckets int) File {
+		return File{Name: file, Data: []byte(`
 job: {name: ` + name + `}
 source: {kafka: {topics: [t], schema: {k: string, v: int64}}}
 sink: {table: {name: ` + table + `, primary_key: [k], buckets: ` + strconv.Itoa(buckets) + `, columns: {` + col + `: {agg: sum, from: v}}}}
 `)}
 	}
-	ps, err := Load([]File{job("a", "shared", "x", 4), job("b", "shared", "y", 4)}, Options{LookupEnv: noEnv})
+	ps, err := Load([]File{job("a.yaml", "a", "shared", "x", 4), job("b.yaml", "b", "shared", "y", 4)}, Options{LookupEnv: noEnv})
 	if err != nil || len(ps) != 2 || ps[1].File != "b.yaml" {
 		t.Fatalf("Load = %v, %v", ps, err)
 	}
-	_, err = Load([]File{job("a", "shared", "x", 4), job("a", "shared", "x", 8)}, Options{LookupEnv: noEnv})
-	want := `a.yaml:1:1: job name "a" is also used by a.yaml
-a.yaml:1:1: table "shared": primary key and buckets differ from job "a"'s`
+	_, err = Load([]File{job("a.yaml", "a", "shared", "x", 4), job("b.yaml", "a", "shared", "x", 8)}, Options{LookupEnv: noEnv})
+	want := `b.yaml:2:13: job.name: job name "a" is also used in a.yaml
+b.yaml:4:15: sink.table: table "shared": primary key and buckets differ from job "a"'s`
 	var errs Errors
 	if !errors.As(err, &errs) || err.Error() != want {
 		t.Errorf("got\n%v\nwant\n%s", err, want)
 	}
-	_, err = Load([]File{job("a", "shared", "x", 4), job("b", "shared", "x", 4)}, Options{LookupEnv: noEnv})
-	if err == nil || err.Error() != `b.yaml:1:1: table "shared": column "x" is also written by job "a"` {
+	_, err = Load([]File{job("a.yaml", "a", "shared", "x", 4), job("b.yaml", "b", "shared", "x", 4)}, Options{LookupEnv: noEnv})
+	if err == nil || err.Error() != `b.yaml:4:73: sink.table.columns.x: table "shared": column "x" is also written by job "a"` {
 		t.Errorf("overlap: %v", err)
 	}
 	_, err = Load([]File{{Name: "empty.yaml", Data: []byte("# nothing\n")}}, Options{LookupEnv: noEnv})

@@ -17,6 +17,9 @@ type Pipeline struct {
 	// Width is the number of slots of a Row.
 	Width  int
 	Tables []*Table // one per sink, in order
+
+	// where places errors found after validation (across jobs) in the file.
+	where *validator
 }
 
 // Step is one compiled transform.
@@ -41,6 +44,8 @@ type Table struct {
 	Spec    *TableSink
 	Key     []SchemaField
 	Columns []TableColumn
+
+	path string // in the file, for messages
 }
 
 // TableColumn is a value column: its canonical function, the column type

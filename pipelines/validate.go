@@ -83,7 +83,7 @@ func (v *validator) elem(path string, i int) string {
 
 func (v *validator) validate() *Pipeline {
 	s := v.spec
-	v.p = &Pipeline{File: v.file, Spec: s}
+	v.p = &Pipeline{File: v.file, Spec: s, where: v}
 	if s.Job.Name != "" && !namePattern.MatchString(s.Job.Name) {
 		v.fail("job.name", "%q is not a valid name (letters, digits, '.', '_', '-')", s.Job.Name)
 	}
@@ -530,7 +530,7 @@ func (v *validator) sinks() {
 
 func (v *validator) table(path string, t *TableSink) *Table {
 	out := v.p.Output
-	tab := &Table{Spec: t}
+	tab := &Table{Spec: t, path: path}
 	if t.Name != "" && !namePattern.MatchString(t.Name) {
 		v.fail(path+".name", "%q is not a valid name (letters, digits, '.', '_', '-')", t.Name)
 	}
