@@ -52,11 +52,8 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	t.mu.RLock()
-	closed := t.mu.closed
-	t.mu.RUnlock()
-	if closed {
-		return Result{}, ErrClosed
+	if err := t.checkOpen(); err != nil {
+		return Result{}, err
 	}
 	if err := t.checkWriter(b); err != nil {
 		return Result{}, err
@@ -78,7 +75,10 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	for _, m := range b.marks {
 		st.record(m.bucket, encoding.Record{Op: encoding.OpMarker, Marker: m.m}, 0)
 	}
-	return res, t.commit(st, b, &res)
+	if err := t.commit(st, b, &res); err != nil {
+		return Result{}, err
+	}
+	return res, nil
 }
 
 func (t *Table) applyState() *applyState {

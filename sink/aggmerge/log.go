@@ -90,6 +90,9 @@ func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 	if err := t.checkBucket(bucket); err != nil {
 		return err
 	}
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
 	// The snapshot's own bucket state gives offsets that match its chunks.
 	snap := t.db.NewSnapshot()
 	defer snap.Close()
@@ -211,6 +214,9 @@ func (t *Table) Truncate(bucket int, below uint64) error {
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
 	start, end, err := t.LogOffsets(bucket)
 	if err != nil {
 		return err

@@ -78,11 +78,8 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 	if err != nil {
 		return err
 	}
-	t.mu.RLock()
-	closed := t.mu.closed
-	t.mu.RUnlock()
-	if closed {
-		return ErrClosed
+	if err := t.checkOpen(); err != nil {
+		return err
 	}
 	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})
 	if err != nil {

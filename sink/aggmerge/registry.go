@@ -46,6 +46,9 @@ func (t *Table) Register(job, writer string, columns []string) (uint64, error) {
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return 0, err
+	}
 	t.mu.RLock()
 	prev, had := t.mu.writers[writer]
 	others := make([]Registration, 0, len(t.mu.writers))
@@ -82,6 +85,9 @@ func (t *Table) Register(job, writer string, columns []string) (uint64, error) {
 func (t *Table) Unregister(writer string) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
 	if err := t.db.Delete(encoding.MetaKey(metaWriterPrefix+writer), pebble.Sync); err != nil {
 		return fmt.Errorf("unregister writer %q: %w", writer, err)
 	}

@@ -240,14 +240,28 @@ func (t *Table) Dir() string { return t.dir }
 
 // Sync makes every write applied so far durable.
 func (t *Table) Sync() error {
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
 	if err := t.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("sync table %q: %w", t.dir, err)
 	}
 	return nil
 }
 
-// Close closes the table. Unsynced writes may be lost only if the machine
-// (not the process) fails: pebble flushes its log on close.
+// checkOpen returns ErrClosed after Close.
+func (t *Table) checkOpen() error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.mu.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close closes the table; it waits for a running write. Reads must not run
+// concurrently with Close (as with pebble); after it they return ErrClosed.
+// Close is idempotent.
 func (t *Table) Close() error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()

@@ -326,3 +326,29 @@ func TestKeyEncodingPinned(t *testing.T) {
 		t.Errorf("Table.Bucket %d", b)
 	}
 }
+
+func TestClosed(t *testing.T) {
+	tbl, err := Open(t.TempDir(), smallSchema(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tbl.NewBatch(Writer{}, nil)
+	_ = b.Upsert(Aggregate, key("a"), []agg.Value{agg.IntValue(1), agg.NullValue()})
+	if err := tbl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+	_, err = tbl.Apply(b)
+	_, _, gerr := tbl.Get(key("a"))
+	_, rerr := tbl.Register("j", "w", nil)
+	for name, err := range map[string]error{
+		"apply": err, "get": gerr, "register": rerr, "sync": tbl.Sync(), "truncate": tbl.Truncate(0, 0),
+		"scan": tbl.Scan(func(Row) error { return nil }), "read log": tbl.ReadLog(0, 0, func(*Entry) error { return nil }),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after close: %v", name, err)
+		}
+	}
+}
