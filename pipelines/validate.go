@@ -3,6 +3,7 @@ package pipelines
 import (
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -89,6 +90,9 @@ func (v *validator) validate() *Pipeline {
 	}
 	if s.Job.Parallelism > s.Job.MaxParallelism {
 		v.fail("job.parallelism", "parallelism %d exceeds max_parallelism %d", s.Job.Parallelism, s.Job.MaxParallelism)
+	}
+	if s.HTTP.Address != "" {
+		v.hostPort("http.address", s.HTTP.Address)
 	}
 	if s.Restart.InitialBackoff > s.Restart.MaxBackoff {
 		v.fail("restart.initial_backoff", "initial_backoff %s exceeds max_backoff %s", s.Restart.InitialBackoff, s.Restart.MaxBackoff)
@@ -221,12 +225,19 @@ func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 
 func (v *validator) connection(path string, c *Connection) {
 	for i, b := range c.Brokers {
-		if b == "" {
-			v.fail(fmt.Sprintf("%s.brokers[%d]", path, i), "a broker address is empty")
+		if b != "embedded" {
+			v.hostPort(fmt.Sprintf("%s.brokers[%d]", path, i), b)
 		}
 	}
 	if c.TLS != nil && (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		v.fail(path+".tls", "cert_file and key_file go together")
+	}
+}
+
+// hostPort checks a network address.
+func (v *validator) hostPort(path, addr string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		v.fail(path, "%q is not host:port", addr)
 	}
 }
 
