@@ -81,7 +81,7 @@ type mwrite struct {
 
 // apply applies a batch to a copy of the model; on error the model is
 // unchanged, as the table must be.
-func (m *model) apply(tbl *Table, cols []int, w Writer, ws []mwrite) (*model, error) {
+func (m *model) apply(tbl *Table, cols []int, w Writer, undo bool, ws []mwrite, marks []mark) (*model, error) {
 	n := m.clone()
 	for _, wr := range ws {
 		ek, _ := tbl.EncodeKey(wr.key)
@@ -127,7 +127,7 @@ func (m *model) apply(tbl *Table, cols []int, w Writer, ws []mwrite) (*model, er
 		if exists == after && (!exists || equalVals(oldv, newv)) {
 			continue
 		}
-		e := Entry{Key: wr.key, Writer: w}
+		e := Entry{Key: wr.key, Writer: w, Undo: undo}
 		switch {
 		case !exists:
 			e.Op, e.After = Insert, newv
@@ -147,6 +147,10 @@ func (m *model) apply(tbl *Table, cols []int, w Writer, ws []mwrite) (*model, er
 		} else {
 			delete(n.rows, string(ek))
 		}
+	}
+	for _, mk := range marks {
+		b := int(mk.bucket)
+		n.log[b] = append(n.log[b], Entry{Op: MarkerEntry, Writer: w, Undo: undo, Marker: mk.m})
 	}
 	return n, nil
 }
@@ -231,9 +235,6 @@ func (rp *replayer) catchUp(t *testing.T, tbl *Table, m *model, where string) {
 				return fmt.Errorf("offset %d, want %d", e.Offset, rp.next[b])
 			}
 			rp.next[b]++
-			if e.Op == MarkerEntry {
-				return nil
-			}
 			exp := m.log[b]
 			if rp.seen[b] >= len(exp) {
 				return fmt.Errorf("unexpected entry %v %v", e.Op, e.Key)
@@ -241,9 +242,12 @@ func (rp *replayer) catchUp(t *testing.T, tbl *Table, m *model, where string) {
 			want := exp[rp.seen[b]]
 			rp.seen[b]++
 			if e.Op != want.Op || !equalVals(e.Key, want.Key) || !equalVals(e.Before, want.Before) ||
-				!equalVals(e.After, want.After) || e.Writer != want.Writer {
+				!equalVals(e.After, want.After) || e.Writer != want.Writer || e.Undo != want.Undo || e.Marker != want.Marker {
 				return fmt.Errorf("entry %d: %v %v %v->%v by %v, model %v %v %v->%v by %v", e.Offset,
 					e.Op, e.Key, e.Before, e.After, e.Writer, want.Op, want.Key, want.Before, want.After, want.Writer)
+			}
+			if e.Op == MarkerEntry {
+				return nil
 			}
 			k, _ := tbl.EncodeKey(e.Key)
 			cur, ok := rp.rows[string(k)]
@@ -339,6 +343,16 @@ func runModel(t *testing.T, seed uint64, s Schema, opts Options, batches int) {
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
+		undo := r.IntN(10) == 0
+		b.SetUndo(undo)
+		var marks []mark
+		if r.IntN(8) == 0 {
+			mk := mark{bucket: uint32(r.IntN(s.Buckets)), m: Marker{Kind: MarkerCommit, Checkpoint: uint64(bi), From: uint64(r.IntN(9)), To: 9}}
+			if err := b.Mark(int(mk.bucket), mk.m); err != nil {
+				t.Fatal(err)
+			}
+			marks = append(marks, mk)
+		}
 		var ws []mwrite
 		for range 1 + r.IntN(12) {
 			wr := mwrite{key: []agg.Value{agg.IntValue(int64(r.IntN(40))), agg.StringValue([]string{"", "a"}[r.IntN(2)])}}
@@ -376,7 +390,7 @@ func runModel(t *testing.T, seed uint64, s Schema, opts Options, batches int) {
 			}
 			ws = append(ws, wr)
 		}
-		next, merr := m.apply(tbl, cols, w, ws)
+		next, merr := m.apply(tbl, cols, w, undo, ws, marks)
 		res, err := tbl.Apply(b)
 		if (merr == nil) != (err == nil) || (merr != nil && !errors.Is(err, merr) && !errors.Is(err, agg.ErrOverflow) && !errors.Is(err, agg.ErrCannotRetract)) {
 			t.Fatalf("%s: table error %v, model error %v", where, err, merr)
