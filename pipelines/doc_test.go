@@ -98,6 +98,8 @@ func docType(t reflect.Type, f fieldInfo) string {
 		return "mapping: name → " + docType(t.Elem(), fieldInfo{})
 	}
 	switch t.Name() {
+	case "StartOffset":
+		s = "`earliest` \\| `latest` \\| `committed` \\| `committed-else-latest` \\| `timestamp:<time>`"
 	case "Duration":
 		s = "duration"
 	case "Size":

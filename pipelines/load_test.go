@@ -1,6 +1,7 @@
 package pipelines
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -48,6 +49,7 @@ func TestIssueExample(t *testing.T) {
 			Topics:     []string{"orders"}, Group: "revenue", Format: FormatJSON,
 			Schema:      []Field{{"user", agg.String}, {"region", agg.String}, {"amount", agg.Int64}, {"status", agg.String}},
 			StartOffset: "earliest", IsolationLevel: "read_committed", OnError: OnErrorSkip, FetchMaxBytes: 50 << 20,
+			Discovery: Duration(10 * time.Second),
 		}}},
 		Transforms: []Transform{
 			{Filter: exprOf(`status == "PAID"`)},
@@ -71,7 +73,9 @@ func TestIssueExample(t *testing.T) {
 		ShutdownTimeout: Duration(time.Minute),
 	}
 	if got := ps[0].Spec; !reflect.DeepEqual(got, want) {
-		t.Errorf("spec:\n got %+v\nwant %+v", got, want)
+		g, _ := json.MarshalIndent(got, "", " ")
+		w, _ := json.MarshalIndent(want, "", " ")
+		t.Errorf("spec:\n got %s\nwant %s", g, w)
 	}
 	p := ps[0]
 	if got, want := schemaString(p.Output), "user:string@0 region:string@1 amount:int64@2 status:string@3 amount_cents:int64@4"; got != want {

@@ -3,6 +3,7 @@ package pipelines
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,29 @@ func (n *Number) UnmarshalText(b []byte) error {
 
 func (*Number) expected() string { return "a number" }
 
+// StartOffset is where a Kafka source without checkpoint starts, in the
+// syntax of the Kafka source: earliest, latest, committed,
+// committed-else-latest or timestamp:<RFC 3339 time or Unix milliseconds>.
+type StartOffset string
+
+var startOffsets = []string{"earliest", "latest", "committed", "committed-else-latest"}
+
+// UnmarshalText checks the syntax.
+func (s *StartOffset) UnmarshalText(b []byte) error {
+	v := string(b)
+	if ts, ok := strings.CutPrefix(v, "timestamp:"); ok {
+		if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
+			if _, err := strconv.ParseInt(ts, 10, 64); err != nil {
+				return fmt.Errorf("%q: want timestamp:<RFC 3339 time or Unix milliseconds>", v)
+			}
+		}
+	} else if !slices.Contains(startOffsets, v) {
+		return fmt.Errorf("%q is not one of %s or timestamp:<time>%s", v, strings.Join(startOffsets, ", "), suggest(v, startOffsets))
+	}
+	*s = StartOffset(v)
+	return nil
+}
+
 // Expr is the source text of an expression (see package doc).
 type Expr string
 
@@ -111,8 +135,6 @@ func (*Expr) expected() string { return "an expression (a string)" }
 type (
 	// Format is how a Kafka record value is decoded.
 	Format string
-	// StartOffset is where a partition starts without a checkpoint.
-	StartOffset string
 	// Isolation is the Kafka isolation level.
 	Isolation string
 	// OnError is the policy for a record that cannot be processed.
@@ -144,7 +166,6 @@ const (
 )
 
 func (Format) enumValues() []string      { return []string{"json", "raw"} }
-func (StartOffset) enumValues() []string { return []string{"earliest", "latest", "committed"} }
 func (Isolation) enumValues() []string   { return []string{"read_committed", "read_uncommitted"} }
 func (OnError) enumValues() []string     { return []string{"fail", "skip", "dead_letter"} }
 func (Mechanism) enumValues() []string {

@@ -183,8 +183,15 @@ func diffFields(want, got []Field) string {
 
 func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 	v.connection(path, &k.Connection)
-	if v.given(path+".topics") && len(k.Topics) == 0 {
-		v.fail(path+".topics", "needs at least one topic")
+	switch {
+	case k.TopicPattern != "" && k.Topics != nil:
+		v.fail(path+".topic_pattern", "give topics or topic_pattern, not both")
+	case k.TopicPattern != "":
+		if _, err := regexp.Compile(k.TopicPattern); err != nil {
+			v.fail(path+".topic_pattern", "%v", err)
+		}
+	case len(k.Topics) == 0:
+		v.fail(path+".topics", "needs at least one topic, or a topic_pattern")
 	}
 	for i, t := range k.Topics {
 		if t == "" {
