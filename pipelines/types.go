@@ -165,9 +165,9 @@ const (
 	OnErrorDeadLetter OnError = "dead_letter"
 )
 
-func (Format) enumValues() []string      { return []string{"json", "raw"} }
-func (Isolation) enumValues() []string   { return []string{"read_committed", "read_uncommitted"} }
-func (OnError) enumValues() []string     { return []string{"fail", "skip", "dead_letter"} }
+func (Format) enumValues() []string    { return []string{"json", "raw"} }
+func (Isolation) enumValues() []string { return []string{"read_committed", "read_uncommitted"} }
+func (OnError) enumValues() []string   { return []string{"fail", "skip", "dead_letter"} }
 func (Mechanism) enumValues() []string {
 	return []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 }
