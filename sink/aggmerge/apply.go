@@ -48,7 +48,7 @@ type chunkBuf struct {
 // On error nothing is applied. The batch may be reused after Reset.
 func (t *Table) Apply(b *Batch) (Result, error) {
 	if b.t != t {
-		return Result{}, fmt.Errorf("%w: batch of another table", ErrBadWrite)
+		return Result{}, fmt.Errorf("%w: batch of another table", ErrInvalid)
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()

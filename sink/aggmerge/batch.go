@@ -96,10 +96,10 @@ func (t *Table) NewBatch(w Writer, columns []string) (*Batch, error) {
 	for _, name := range columns {
 		i := t.schema.ValueIndex(name)
 		if i < 0 {
-			return nil, fmt.Errorf("%w: no value column %q", ErrBadWrite, name)
+			return nil, fmt.Errorf("%w: no value column %q", ErrInvalid, name)
 		}
 		if seen[i] {
-			return nil, fmt.Errorf("%w: column %q named twice", ErrBadWrite, name)
+			return nil, fmt.Errorf("%w: column %q named twice", ErrInvalid, name)
 		}
 		seen[i] = true
 		b.cols = append(b.cols, i)
@@ -107,7 +107,7 @@ func (t *Table) NewBatch(w Writer, columns []string) (*Batch, error) {
 	b.allCols = len(b.cols) == len(t.schema.Values)
 	for _, i := range b.cols {
 		if f := t.funcs[i]; !f.CanRetract() {
-			b.noRetract = fmt.Errorf("%w: column %q: %w: function %s", ErrBadWrite, t.schema.Values[i].Name, agg.ErrCannotRetract, f.Name())
+			b.noRetract = fmt.Errorf("%w: column %q: %w: function %s", ErrInvalid, t.schema.Values[i].Name, agg.ErrCannotRetract, f.Name())
 			break
 		}
 	}
@@ -138,7 +138,7 @@ func (b *Batch) Upsert(mode Mode, key, vals []agg.Value) error {
 // like Upsert in Retract mode.
 func (b *Batch) Delete(mode Mode, key, vals []agg.Value) error {
 	if mode != Retract && vals != nil {
-		return fmt.Errorf("%w: a %s delete takes no values", ErrBadWrite, mode)
+		return fmt.Errorf("%w: a %s delete takes no values", ErrInvalid, mode)
 	}
 	return b.add(true, mode, key, vals)
 }
@@ -146,10 +146,10 @@ func (b *Batch) Delete(mode Mode, key, vals []agg.Value) error {
 // Mark appends a marker to a bucket's log, after the batch's writes.
 func (b *Batch) Mark(bucket int, m Marker) error {
 	if bucket < 0 || bucket >= b.t.schema.Buckets {
-		return fmt.Errorf("%w: bucket %d not in [0, %d)", ErrBadWrite, bucket, b.t.schema.Buckets)
+		return fmt.Errorf("%w: bucket %d not in [0, %d)", ErrInvalid, bucket, b.t.schema.Buckets)
 	}
 	if m.Kind != MarkerCommit && m.Kind != MarkerRollback {
-		return fmt.Errorf("%w: marker kind %d", ErrBadWrite, m.Kind)
+		return fmt.Errorf("%w: marker kind %d", ErrInvalid, m.Kind)
 	}
 	b.marks = append(b.marks, mark{bucket: uint32(bucket), m: m})
 	return nil
@@ -163,7 +163,7 @@ func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
 			return b.noRetract
 		}
 	default:
-		return fmt.Errorf("%w: %s", ErrBadWrite, mode)
+		return fmt.Errorf("%w: %s", ErrInvalid, mode)
 	}
 	w := write{del: del, mode: mode, keyStart: len(b.keys), val: -1}
 	keys, err := b.t.appendKey(b.keys, key, len(b.t.keyTypes))
@@ -174,14 +174,14 @@ func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
 	w.bucket = uint32(BucketOf(keys[w.keyStart:], b.t.schema.Buckets))
 	if !del || mode == Retract {
 		if len(vals) != len(b.cols) {
-			return fmt.Errorf("%w: %d values for %d target columns", ErrBadWrite, len(vals), len(b.cols))
+			return fmt.Errorf("%w: %d values for %d target columns", ErrInvalid, len(vals), len(b.cols))
 		}
 		w.val = len(b.vals)
 		for i, v := range vals {
 			c, err := agg.Conform(b.t.valTypes[b.cols[i]], v)
 			if err != nil {
 				b.vals = b.vals[:w.val]
-				return fmt.Errorf("%w: column %q: %w", ErrBadWrite, b.t.schema.Values[b.cols[i]].Name, err)
+				return fmt.Errorf("%w: column %q: %w", ErrInvalid, b.t.schema.Values[b.cols[i]].Name, err)
 			}
 			b.vals = append(b.vals, c)
 		}

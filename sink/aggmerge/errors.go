@@ -9,7 +9,7 @@ var (
 	ErrSchemaMismatch = errors.New("aggmerge: schema differs from the stored one")
 	ErrNoTable        = errors.New("aggmerge: no table in directory")
 	ErrClosed         = errors.New("aggmerge: table closed")
-	ErrBadWrite       = errors.New("aggmerge: bad write")
+	ErrInvalid        = errors.New("aggmerge: invalid argument")
 	ErrDeleteRejected = errors.New("aggmerge: delete rejected by the table's delete behaviour")
 	ErrBeyondLogEnd   = errors.New("aggmerge: offset beyond log end")
 	ErrBelowLogStart  = errors.New("aggmerge: offset below log start (truncated)")

@@ -75,7 +75,7 @@ func (t *Table) LogEnds() []uint64 {
 
 func (t *Table) checkBucket(bucket int) error {
 	if bucket < 0 || bucket >= t.schema.Buckets {
-		return fmt.Errorf("%w: bucket %d not in [0, %d)", ErrBadWrite, bucket, t.schema.Buckets)
+		return fmt.Errorf("%w: bucket %d not in [0, %d)", ErrInvalid, bucket, t.schema.Buckets)
 	}
 	return nil
 }

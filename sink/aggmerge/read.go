@@ -72,7 +72,7 @@ func (t *Table) Scan(fn func(Row) error) error { return t.ScanPrefix(nil, fn) }
 // key values, bucket by bucket, on one consistent snapshot.
 func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 	if len(prefix) > len(t.keyTypes) {
-		return fmt.Errorf("%w: prefix of %d values for a key of %d", ErrBadWrite, len(prefix), len(t.keyTypes))
+		return fmt.Errorf("%w: prefix of %d values for a key of %d", ErrInvalid, len(prefix), len(t.keyTypes))
 	}
 	p, err := t.appendKey(nil, prefix, len(prefix))
 	if err != nil {

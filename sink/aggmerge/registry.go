@@ -38,7 +38,7 @@ const metaWriterPrefix = "writer/"
 // ErrColumnConflict; the same writer id under another job is refused too.
 func (t *Table) Register(job, writer string, columns []string) (uint64, error) {
 	if writer == "" || job == "" {
-		return 0, fmt.Errorf("register writer: %w: empty job or writer id", ErrBadWrite)
+		return 0, fmt.Errorf("register writer: %w: empty job or writer id", ErrInvalid)
 	}
 	cols, err := t.canonicalColumns(columns)
 	if err != nil {
@@ -127,7 +127,7 @@ func (t *Table) checkWriter(b *Batch) error {
 	}
 	for _, c := range b.cols {
 		if name := t.schema.Values[c].Name; !slices.Contains(reg.Columns, name) {
-			return fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", b.writer.ID, t.dir, ErrBadWrite, name)
+			return fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", b.writer.ID, t.dir, ErrInvalid, name)
 		}
 	}
 	return nil
@@ -141,7 +141,7 @@ func (t *Table) canonicalColumns(columns []string) ([]string, error) {
 	cols = slices.Compact(cols)
 	for _, c := range cols {
 		if t.schema.ValueIndex(c) < 0 {
-			return nil, fmt.Errorf("%w: no value column %q", ErrBadWrite, c)
+			return nil, fmt.Errorf("%w: no value column %q", ErrInvalid, c)
 		}
 	}
 	if len(cols) == len(t.schema.Values) {

@@ -57,7 +57,7 @@ func TestRegistry(t *testing.T) {
 	if err := write(1, []string{"n"}); !errors.Is(err, ErrFenced) {
 		t.Errorf("zombie of epoch 1: %v", err)
 	}
-	if err := write(2, []string{"n", "peak"}); !errors.Is(err, ErrBadWrite) {
+	if err := write(2, []string{"n", "peak"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unregistered column: %v", err)
 	}
 	if err := write(2, []string{"n"}); err != nil {

@@ -307,17 +307,17 @@ func (t *Table) Bucket(key []agg.Value) (int, error) {
 // key columns the caller needs (all, or fewer for a prefix).
 func (t *Table) appendKey(dst []byte, key []agg.Value, want int) ([]byte, error) {
 	if len(key) != want {
-		return nil, fmt.Errorf("%w: %d key values, want %d", ErrBadWrite, len(key), want)
+		return nil, fmt.Errorf("%w: %d key values, want %d", ErrInvalid, len(key), want)
 	}
 	var buf [4]agg.Value
 	vals := append(buf[:0], key...)
 	for i, v := range vals {
 		if v.IsNull() {
-			return nil, fmt.Errorf("%w: key column %q is null", ErrBadWrite, t.schema.Key[i].Name)
+			return nil, fmt.Errorf("%w: key column %q is null", ErrInvalid, t.schema.Key[i].Name)
 		}
 		c, err := agg.Conform(t.keyTypes[i], v)
 		if err != nil {
-			return nil, fmt.Errorf("%w: key column %q: %w", ErrBadWrite, t.schema.Key[i].Name, err)
+			return nil, fmt.Errorf("%w: key column %q: %w", ErrInvalid, t.schema.Key[i].Name, err)
 		}
 		vals[i] = c
 	}

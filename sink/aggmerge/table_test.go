@@ -258,17 +258,17 @@ func TestWriteErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tbl.Close()
-	if _, err := tbl.NewBatch(Writer{}, []string{"nope"}); !errors.Is(err, ErrBadWrite) {
+	if _, err := tbl.NewBatch(Writer{}, []string{"nope"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown column: %v", err)
 	}
 	b, _ := tbl.NewBatch(Writer{}, []string{"n"})
-	if err := b.Upsert(Aggregate, key("a"), nil); !errors.Is(err, ErrBadWrite) {
+	if err := b.Upsert(Aggregate, key("a"), nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("missing values: %v", err)
 	}
 	if err := b.Upsert(Aggregate, key("a"), []agg.Value{agg.StringValue("1")}); !errors.Is(err, agg.ErrType) {
 		t.Errorf("string into int64: %v", err)
 	}
-	if err := b.Upsert(Aggregate, []agg.Value{agg.NullValue()}, []agg.Value{agg.IntValue(1)}); !errors.Is(err, ErrBadWrite) {
+	if err := b.Upsert(Aggregate, []agg.Value{agg.NullValue()}, []agg.Value{agg.IntValue(1)}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("null key: %v", err)
 	}
 	// A failing write fails the whole batch: the upsert before it is not applied.
@@ -302,7 +302,7 @@ func TestWriteErrors(t *testing.T) {
 	if err := part.Upsert(Retract, key("a"), []agg.Value{agg.IntValue(1), agg.NullValue()}); err != nil {
 		t.Errorf("retract of sum and last_non_null_value: %v", err)
 	}
-	if err := part.Delete(Overwrite, key("a"), []agg.Value{agg.IntValue(1), agg.NullValue()}); !errors.Is(err, ErrBadWrite) {
+	if err := part.Delete(Overwrite, key("a"), []agg.Value{agg.IntValue(1), agg.NullValue()}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("overwrite delete with values: %v", err)
 	}
 }
@@ -350,5 +350,44 @@ func TestClosed(t *testing.T) {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("%s after close: %v", name, err)
 		}
+	}
+}
+
+func TestScanPrefix(t *testing.T) {
+	tbl, err := Open(t.TempDir(), Schema{
+		Key:     []Column{{Name: "region", Type: agg.String}, {Name: "id", Type: agg.Int64}},
+		Values:  []Column{{Name: "n", Type: agg.Int64, Func: "sum"}},
+		Buckets: 4,
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	b, _ := tbl.NewBatch(Writer{}, nil)
+	for _, region := range []string{"eu", "eu-west", "us", ""} {
+		for id := range 10 {
+			_ = b.Upsert(Aggregate, []agg.Value{agg.StringValue(region), agg.IntValue(int64(id))}, []agg.Value{agg.IntValue(1)})
+		}
+	}
+	mustApply(t, tbl, b)
+	count := func(prefix ...agg.Value) map[string]int {
+		got := map[string]int{}
+		if err := tbl.ScanPrefix(prefix, func(r Row) error { got[r.Key[0].Str()]++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// "eu" must not match "eu-west": the prefix is whole column values.
+	if got := count(agg.StringValue("eu")); len(got) != 1 || got["eu"] != 10 {
+		t.Errorf("prefix eu: %v", got)
+	}
+	if got := count(agg.StringValue(""), agg.IntValue(3)); len(got) != 1 || got[""] != 1 {
+		t.Errorf("full key as prefix: %v", got)
+	}
+	if got := count(); len(got) != 4 || got["us"] != 10 || tbl.Count() != 40 {
+		t.Errorf("empty prefix: %v, count %d", got, tbl.Count())
+	}
+	if err := tbl.ScanPrefix([]agg.Value{agg.IntValue(1)}, func(Row) error { return nil }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("prefix of the wrong type: %v", err)
 	}
 }
