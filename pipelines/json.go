@@ -140,4 +140,3 @@ func (b *RowBuilder) FromRaw(key, value []byte) Row {
 	}
 	return r
 }
-
