@@ -91,7 +91,8 @@ func Open(dir string, schema Schema, opts Options) (*Table, error) {
 		}
 	}
 	if !given {
-		if _, err := os.Stat(dir); err != nil {
+		// Opening an existing table must not create one, not even a lock file.
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) == 0 {
 			return nil, fmt.Errorf("open table %q: %w", dir, ErrNoTable)
 		}
 	}
@@ -104,7 +105,11 @@ func Open(dir string, schema Schema, opts Options) (*Table, error) {
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
 		Logger:                      quietLogger{pebble.DefaultLogger},
+		ErrorIfNotExists:            !given,
 	})
+	if !given && errors.Is(err, pebble.ErrDBDoesNotExist) {
+		return nil, fmt.Errorf("open table %q: %w", dir, ErrNoTable)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open table %q: %w", dir, err)
 	}

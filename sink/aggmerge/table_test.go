@@ -3,6 +3,7 @@ package aggmerge
 import (
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -389,5 +390,15 @@ func TestScanPrefix(t *testing.T) {
 	}
 	if err := tbl.ScanPrefix([]agg.Value{agg.IntValue(1)}, func(Row) error { return nil }); !errors.Is(err, ErrInvalid) {
 		t.Errorf("prefix of the wrong type: %v", err)
+	}
+}
+
+func TestOpenEmptyDirWithoutSchema(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(dir, Schema{}, Options{}); !errors.Is(err, ErrNoTable) {
+		t.Fatalf("open of an empty dir without schema: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a failed open left %d files", len(entries))
 	}
 }
