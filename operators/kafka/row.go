@@ -56,7 +56,7 @@ func (r Row) Len() int { return len(r.fields) }
 // modified.
 func (r Row) Fields() []Field { return r.fields }
 
-// Get returns the first field called name.
+// Get returns the field called name (the last one, if duplicated).
 func (r Row) Get(name string) (Value, bool) { return lookup(r.fields, name) }
 
 // Path follows names through nested objects.
@@ -95,8 +95,10 @@ func (v Value) clone() Value {
 	return v
 }
 
+// lookup finds the last field called name: a duplicated name means what
+// it means to encoding/json and JavaScript, the last one wins.
 func lookup(fs []Field, name string) (Value, bool) {
-	for i := range fs {
+	for i := len(fs) - 1; i >= 0; i-- {
 		if fs[i].Name == name {
 			return fs[i].Value, true
 		}
@@ -151,7 +153,8 @@ func (v Value) Str() (string, bool) { return v.str, v.kind == String }
 // Bool returns a Bool value.
 func (v Value) Bool() (bool, bool) { return v.num == 1, v.kind == Bool }
 
-// Get returns the first member called name of an Object value.
+// Get returns the member called name of an Object value (the last one, if
+// duplicated).
 func (v Value) Get(name string) (Value, bool) {
 	if v.kind != Object {
 		return Value{}, false
@@ -181,9 +184,7 @@ func (v Value) Any() any {
 	case Object:
 		m := make(map[string]any, len(v.kids))
 		for _, f := range v.kids {
-			if _, dup := m[f.Name]; !dup {
-				m[f.Name] = f.Value.Any()
-			}
+			m[f.Name] = f.Value.Any() // the last of duplicates wins
 		}
 		return m
 	case Array:

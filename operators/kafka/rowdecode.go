@@ -164,6 +164,9 @@ func (d *rowDecoder) number(dst *Value, v *fastjson.Value) error {
 		}
 	}
 	f, err := fastfloat.Parse(s)
+	if err == nil && (math.IsInf(f, 0) || math.IsNaN(f)) {
+		err = errors.New("out of float64 range")
+	}
 	if err != nil {
 		return fmt.Errorf("number %q: %w", s, err)
 	}
