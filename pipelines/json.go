@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/shopspring/decimal"
@@ -139,4 +141,56 @@ func (b *RowBuilder) FromRaw(key, value []byte) Row {
 		}
 	}
 	return r
+}
+
+// AppendJSON appends r's input fields as a JSON object that FromJSON reads
+// back to the same values (a datagen source producing into a topic writes
+// this). Nulls are written as null.
+func (b *RowBuilder) AppendJSON(dst []byte, r Row) []byte {
+	dst = append(dst, '{')
+	for i, f := range b.fields {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, f.Name)
+		dst = append(dst, ':')
+		switch v := r[f.Slot].(type) {
+		case nil:
+			dst = append(dst, "null"...)
+		case string:
+			dst = appendJSONString(dst, v)
+		case int64:
+			dst = strconv.AppendInt(dst, v, 10)
+		case float64:
+			dst = strconv.AppendFloat(dst, v, 'g', -1, 64)
+		case bool:
+			dst = strconv.AppendBool(dst, v)
+		case decimal.Decimal:
+			dst = append(dst, v.String()...)
+		case time.Time:
+			dst = appendJSONString(dst, v.UTC().Format(time.RFC3339Nano))
+		case []byte:
+			dst = appendJSONString(dst, base64.StdEncoding.EncodeToString(v))
+		default:
+			panic(fmt.Sprintf("pipelines: %T in a row", v)) // Row's invariant
+		}
+	}
+	return append(dst, '}')
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', byte(c))
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = utf8.AppendRune(dst, c)
+		}
+	}
+	return append(dst, '"')
 }

@@ -6,9 +6,7 @@ import (
 	"net"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/shopspring/decimal"
@@ -327,6 +325,17 @@ func (v *validator) generator(path string, f *GenField) (agg.Type, bool) {
 		t = *f.Type
 	}
 	ok := true
+	if u := f.Uniform; u != nil && t.Kind == agg.KindDecimal {
+		for _, b := range []struct {
+			key string
+			n   Number
+		}{{"min", u.Min}, {"max", u.Max}} {
+			if _, err := agg.Conform(t, agg.DecimalValue(decimal.NewFromFloat(b.n.Float).Round(int32(t.Scale)))); err != nil {
+				v.fail(path+".uniform."+b.key, "%v does not fit %s", b.n.Float, t)
+				ok = false
+			}
+		}
+	}
 	if f.OneOf != nil {
 		if len(f.OneOf) == 0 {
 			v.fail(path+".one_of", "needs at least one value")
@@ -362,21 +371,9 @@ func (v *validator) generator(path string, f *GenField) (agg.Type, bool) {
 
 // checkLiteral checks that s reads as a value of type t.
 func checkLiteral(t agg.Type, s string) error {
-	var err error
-	switch t.Kind {
-	case agg.KindInt64:
-		_, err = strconv.ParseInt(s, 10, 64)
-	case agg.KindFloat64:
-		_, err = strconv.ParseFloat(s, 64)
-	case agg.KindBool:
-		_, err = strconv.ParseBool(s)
-	case agg.KindTimestamp:
-		_, err = time.Parse(time.RFC3339Nano, s)
-	case agg.KindDecimal:
-		var d decimal.Decimal
-		if d, err = decimal.NewFromString(s); err == nil {
-			_, err = agg.Conform(t, agg.DecimalValue(d))
-		}
+	v, err := literal(t, s)
+	if d, ok := v.(decimal.Decimal); ok && err == nil {
+		_, err = agg.Conform(t, agg.DecimalValue(d))
 	}
 	if err != nil {
 		return fmt.Errorf("%q is not of type %s", s, t)
