@@ -13,6 +13,12 @@
 // across jobs, names and shared tables. The key reference docs/YAML.md is
 // generated from the same tags and checked by a test.
 //
+// The pure parts of running a Pipeline are here too, for the sources,
+// operators and sinks that the wiring builds: RowBuilder makes Rows from
+// JSON or raw Kafka records (and AppendJSON the reverse), Generator makes
+// datagen records, Transformer runs the compiled steps, and
+// TableColumn.Value turns a row into a column's aggregate input.
+//
 // Invariants:
 //   - Load reports every problem it finds, each as file:line:col: path:
 //     message, sorted by position; it returns jobs only when there is none;
