@@ -336,6 +336,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 		d.errorf(n, path, "expected a mapping, got %s", describe(n))
 		return
 	}
+	n = d.merge(n, path)
 	fields := fieldsOf(v.Type())
 	known := make([]string, len(fields))
 	for i, f := range fields {
@@ -418,6 +419,7 @@ func (d *decoder) mapSlice(n *yaml.Node, v reflect.Value, path string) {
 		d.errorf(n, path, "expected a mapping, got %s", describe(n))
 		return
 	}
+	n = d.merge(n, path)
 	et := v.Type().Elem()
 	kf, vf := taggedField(et, "key"), taggedField(et, "value")
 	s := reflect.MakeSlice(v.Type(), 0, len(n.Content)/2)
@@ -444,6 +446,7 @@ func (d *decoder) stringMap(n *yaml.Node, v reflect.Value, path string) {
 		d.errorf(n, path, "expected a mapping, got %s", describe(n))
 		return
 	}
+	n = d.merge(n, path)
 	m := reflect.MakeMap(v.Type())
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -459,3 +462,50 @@ func (d *decoder) stringMap(n *yaml.Node, v reflect.Value, path string) {
 }
 
 func reflectValue(p any) reflect.Value { return reflect.ValueOf(p).Elem() }
+
+// merge returns mapping n with its YAML merge keys (<<: *anchor, or a list
+// of anchors) resolved: the merged pairs come first, and a key of n itself
+// replaces a merged one, as in YAML 1.1.
+func (d *decoder) merge(n *yaml.Node, path string) *yaml.Node {
+	var merged, own []*yaml.Node
+	found := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Tag != "!!merge" {
+			own = append(own, k, val)
+			continue
+		}
+		found = true
+		srcs := []*yaml.Node{val}
+		if val.Kind == yaml.SequenceNode {
+			srcs = val.Content
+		}
+		for _, s := range srcs {
+			if s.Kind == yaml.AliasNode {
+				s = s.Alias
+			}
+			if s.Kind != yaml.MappingNode {
+				d.errorf(s, path, "<< merges a mapping, got %s", describe(s))
+				continue
+			}
+			merged = append(merged, d.merge(s, path).Content...)
+		}
+	}
+	if !found {
+		return n
+	}
+	ownKeys := map[string]bool{}
+	for i := 0; i < len(own); i += 2 {
+		ownKeys[own[i].Value] = true
+	}
+	out := *n
+	out.Content = nil
+	for i := 0; i+1 < len(merged); i += 2 {
+		if !ownKeys[merged[i].Value] {
+			ownKeys[merged[i].Value] = true // the first merge source wins
+			out.Content = append(out.Content, merged[i], merged[i+1])
+		}
+	}
+	out.Content = append(out.Content, own...)
+	return &out
+}

@@ -296,3 +296,17 @@ func TestOverridesSeveralJobs(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestAnchorsAndMergeKeys(t *testing.T) {
+	p := load(t, Options{}, "testdata/valid/anchors.yaml")[0]
+	a, b := p.Spec.Sinks[0].Table, p.Spec.Sinks[1].Table
+	if a.Name != "a" || b.Name != "b" || b.Buckets != 4 || !reflect.DeepEqual(b.PrimaryKey, []string{"user"}) {
+		t.Errorf("tables %+v %+v", a, b)
+	}
+	if got := tableString(p.Tables[1]); got != "key user:string@0; total=sum(amount:int64@1):int64 top=max(amount:int64@1):int64" {
+		t.Errorf("table b: %s", got)
+	}
+	if !reflect.DeepEqual(b.Changelog.Brokers, []string{"k1:9092", "k2:9092"}) || b.Changelog.Topic != "anchors-b-changelog" {
+		t.Errorf("changelog of b %+v", b.Changelog)
+	}
+}
