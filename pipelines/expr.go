@@ -45,7 +45,14 @@ type exprError struct {
 	Unknown      string // the unknown field named, if that is the error
 }
 
-func (e *exprError) Error() string { return e.Msg }
+func (e *exprError) Error() string { return fmt.Sprintf("%d:%d: %s", e.Line, e.Column+1, e.Msg) }
+
+// Compile compiles and type-checks the expression src against the fields
+// of in; the Program's Type says what it computes.
+func Compile(src string, in *Schema) (*Program, error) { return compile(src, in, false) }
+
+// CompileFilter is Compile for an expression that must give a bool.
+func CompileFilter(src string, in *Schema) (*Program, error) { return compile(src, in, true) }
 
 // compile type-checks src against in. A filter must give a bool.
 func compile(src string, in *Schema, filter bool) (*Program, error) {

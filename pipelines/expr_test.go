@@ -128,7 +128,7 @@ func TestNullGuards(t *testing.T) {
 		{`amount != nil && amount > 0`, false},
 		{`int((amount ?? 0) + 2)`, int64(2)},
 	} {
-		p, err := compile(c.src, s, false)
+		p, err := Compile(c.src, s)
 		if err != nil {
 			t.Errorf("%s: %v", c.src, err)
 			continue
@@ -200,8 +200,21 @@ sink: {table: {name: t, primary_key: [user], columns: {total: {agg: sum, from: a
 
 func TestEnvVariableRefused(t *testing.T) {
 	s := &Schema{Fields: []SchemaField{{Name: "a", Type: agg.Int64}}}
-	_, err := compile(`$env["a"] > 1`, s, true)
-	if err == nil || err.Error() != "$env is not supported: name the fields" {
+	_, err := CompileFilter(`$env["a"] > 1`, s)
+	if err == nil || err.Error() != "1:1: $env is not supported: name the fields" {
 		t.Errorf("compile = %v", err)
+	}
+}
+
+func TestCompileErrorsPlaced(t *testing.T) {
+	s := &Schema{Fields: []SchemaField{{Name: "a", Type: agg.Int64}, {Name: "s", Type: agg.String}}}
+	if _, err := Compile("a +\n  s", s); err == nil || err.Error() != "1:3: invalid operation: + (mismatched types int64 and string)" {
+		t.Errorf("got %v", err)
+	}
+	if _, err := CompileFilter("a + 1", s); err == nil || err.Error() != "1:1: expected bool, but got int" {
+		t.Errorf("got %v", err)
+	}
+	if p, err := Compile("s + string(a)", s); err != nil || p.Type() != agg.String || p.Source() != "s + string(a)" {
+		t.Errorf("got %v, %v", p, err)
 	}
 }
