@@ -3,6 +3,7 @@ package aggmerge
 import (
 	"math/rand/v2"
 	"syscall"
+	"time"
 	"testing"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -158,4 +159,33 @@ func BenchmarkReadLog(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(entries)/b.Elapsed().Seconds(), "entries/s")
+}
+
+// BenchmarkSync is the barrier cost: one batch of 1,000 upserts, then Sync.
+func BenchmarkSync(b *testing.B) {
+	t, err := Open(b.TempDir(), benchSchema(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	batch, _ := t.NewBatch(Writer{ID: "bench"}, nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var syncNs int64
+	b.ResetTimer()
+	for range b.N {
+		for range 1000 {
+			v := agg.IntValue(int64(rng.IntN(1000)))
+			_ = batch.Upsert(Aggregate, []agg.Value{agg.IntValue(int64(rng.IntN(100_000)))}, []agg.Value{v, v, v})
+		}
+		if _, err := t.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+		batch.Reset()
+		start := time.Now()
+		if err := t.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		syncNs += time.Since(start).Nanoseconds()
+	}
+	b.ReportMetric(float64(syncNs)/float64(b.N)/1e6, "sync-ms")
 }
