@@ -245,7 +245,7 @@ func (r Row) MarshalJSON() ([]byte, error) { return appendObject(nil, r.fields),
 
 // UnmarshalJSON decodes a JSON object into r (with its own memory).
 func (r *Row) UnmarshalJSON(b []byte) error {
-	var d rowDecoder
+	d := rowDecoder{oneShot: true}
 	row, err := d.decode(b)
 	if err != nil {
 		return err

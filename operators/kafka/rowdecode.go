@@ -32,12 +32,15 @@ const (
 var errNotObject = errors.New("value is not a JSON object")
 
 // rowDecoder turns JSON into Rows. Its chunks are only ever appended to:
-// memory handed out in a Row is never written again.
+// memory handed out in a Row is never written again. A oneShot decoder
+// (for a single row) allocates exactly what the row needs instead.
 type rowDecoder struct {
-	p      fastjson.Parser
+	oneShot bool
+	p       fastjson.Parser
 	fields []Field
 	bytes  []byte
 	names  map[string]string
+	last   []string // top-level names of the previous row, by position
 	num    []byte
 }
 
@@ -59,6 +62,9 @@ func (d *rowDecoder) take(n int) []Field {
 	if n == 0 {
 		return nil
 	}
+	if d.oneShot {
+		return make([]Field, n)
+	}
 	if cap(d.fields)-len(d.fields) < n {
 		d.fields = make([]Field, 0, max(fieldChunk, n))
 	}
@@ -71,6 +77,9 @@ func (d *rowDecoder) take(n int) []Field {
 func (d *rowDecoder) str(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if d.oneShot {
+		return string(b)
 	}
 	if cap(d.bytes)-len(d.bytes) < len(b) {
 		d.bytes = make([]byte, 0, max(byteChunk, len(b)))
@@ -88,7 +97,7 @@ func (d *rowDecoder) name(b []byte) string {
 	if d.names == nil {
 		d.names = make(map[string]string)
 	}
-	if len(d.names) >= maxNames {
+	if d.oneShot || len(d.names) >= maxNames {
 		return d.str(b)
 	}
 	s := string(b)
@@ -96,12 +105,27 @@ func (d *rowDecoder) name(b []byte) string {
 	return s
 }
 
+// object decodes the members of o into fresh (zero) fields. Records of a
+// topic mostly share their top-level names in the same order, so those are
+// first compared with the previous row's, by position.
 func (d *rowDecoder) object(o *fastjson.Object, depth int) ([]Field, error) {
 	fs := d.take(o.Len())
 	var err error
 	i := 0
 	o.Visit(func(k []byte, v *fastjson.Value) {
-		fs[i].Name = d.name(k)
+		switch {
+		case depth > 0:
+			fs[i].Name = d.name(k)
+		case i < len(d.last) && d.last[i] == string(k):
+			fs[i].Name = d.last[i]
+		default:
+			fs[i].Name = d.name(k)
+			if i < len(d.last) {
+				d.last[i] = fs[i].Name
+			} else if i == len(d.last) && i < maxNames {
+				d.last = append(d.last, fs[i].Name)
+			}
+		}
 		if e := d.value(&fs[i].Value, v, depth); e != nil && err == nil {
 			err = e
 		}
@@ -110,17 +134,18 @@ func (d *rowDecoder) object(o *fastjson.Object, depth int) ([]Field, error) {
 	return fs, err
 }
 
+// value decodes v into dst, which is fresh: only non-zero fields are
+// written (fewer GC write barriers).
 func (d *rowDecoder) value(dst *Value, v *fastjson.Value, depth int) error {
 	switch v.Type() {
 	case fastjson.TypeNull:
-		*dst = Value{}
 	case fastjson.TypeTrue:
-		*dst = Value{kind: Bool, num: 1}
+		dst.kind, dst.num = Bool, 1
 	case fastjson.TypeFalse:
-		*dst = Value{kind: Bool}
+		dst.kind = Bool
 	case fastjson.TypeString:
 		b, _ := v.StringBytes()
-		*dst = Value{kind: String, str: d.str(b)}
+		dst.kind, dst.str = String, d.str(b)
 	case fastjson.TypeNumber:
 		return d.number(dst, v)
 	case fastjson.TypeObject:
@@ -129,7 +154,7 @@ func (d *rowDecoder) value(dst *Value, v *fastjson.Value, depth int) error {
 		}
 		o, _ := v.Object()
 		kids, err := d.object(o, depth+1)
-		*dst = Value{kind: Object, kids: kids}
+		dst.kind, dst.kids = Object, kids
 		return err
 	case fastjson.TypeArray:
 		if depth >= maxDepth {
@@ -142,7 +167,7 @@ func (d *rowDecoder) value(dst *Value, v *fastjson.Value, depth int) error {
 				return err
 			}
 		}
-		*dst = Value{kind: Array, kids: kids}
+		dst.kind, dst.kids = Array, kids
 	}
 	return nil
 }
@@ -159,7 +184,7 @@ func (d *rowDecoder) number(dst *Value, v *fastjson.Value) error {
 	}
 	if integral {
 		if n, err := fastfloat.ParseInt64(s); err == nil {
-			*dst = Value{kind: Int, num: uint64(n)}
+			dst.kind, dst.num = Int, uint64(n)
 			return nil
 		}
 	}
@@ -170,6 +195,6 @@ func (d *rowDecoder) number(dst *Value, v *fastjson.Value) error {
 	if err != nil {
 		return fmt.Errorf("number %q: %w", s, err)
 	}
-	*dst = Value{kind: Float, num: math.Float64bits(f)}
+	dst.kind, dst.num = Float, math.Float64bits(f)
 	return nil
 }
