@@ -37,11 +37,11 @@ var errNotObject = errors.New("value is not a JSON object")
 type rowDecoder struct {
 	oneShot bool
 	p       fastjson.Parser
-	fields []Field
-	bytes  []byte
-	names  map[string]string
-	last   []string // top-level names of the previous row, by position
-	num    []byte
+	fields  []Field
+	bytes   []byte
+	names   map[string]string
+	last    []string // top-level names of the previous row, by position
+	num     []byte
 }
 
 func (d *rowDecoder) decode(b []byte) (Row, error) {
