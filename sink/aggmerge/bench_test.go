@@ -3,8 +3,8 @@ package aggmerge
 import (
 	"math/rand/v2"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
