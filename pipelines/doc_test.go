@@ -3,6 +3,7 @@ package pipelines
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -129,4 +130,46 @@ func docType(t reflect.Type, f fieldInfo) string {
 		s += ", at most " + f.max
 	}
 	return s
+}
+
+// Every message quoted in the errors table of docs/YAML.md is one the tests
+// produce (a golden file or a test's expectation), so the examples stay
+// true.
+func TestYAMLDocErrors(t *testing.T) {
+	doc, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Errors\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var corpus strings.Builder
+	for _, pattern := range []string{"testdata/invalid/*.golden", "*_test.go"} {
+		files, _ := filepath.Glob(pattern)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			corpus.Write(b)
+		}
+	}
+	n := 0
+	for line := range strings.SplitSeq(section, "\n") {
+		cells := strings.Split(line, " | ")
+		if len(cells) < 2 || !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| problem") {
+			continue
+		}
+		msgs := strings.Split(cells[len(cells)-1], "`")
+		for i := 1; i < len(msgs); i += 2 {
+			m, _, _ := strings.Cut(msgs[i], "…")
+			m, _, _ = strings.Cut(m, "(…)")
+			if !strings.Contains(corpus.String(), strings.TrimSpace(m)) {
+				t.Errorf("docs/YAML.md quotes %q, which no test produces", m)
+			}
+			n++
+		}
+	}
+	if n < 20 {
+		t.Errorf("found only %d quoted messages in the errors table", n)
+	}
 }
