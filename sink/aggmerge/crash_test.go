@@ -16,7 +16,7 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
-// crashDirEnv makes TestCrashChild the writer process of TestCrash.
+// crashDirEnv makes the test binary the writer process of TestCrash.
 const crashDirEnv = "AGGMERGE_CRASH_DIR"
 
 func crashSchema() Schema {
@@ -58,41 +58,52 @@ func crashBatch(tbl *Table, i uint64) (*Batch, error) {
 	return b, nil
 }
 
-// lastBatch returns the number of batches a crash table holds: one more
+// batchesHeld returns the number of batches a crash table holds: one more
 // than the highest epoch in its log.
-func lastBatch(t *testing.T, tbl *Table) uint64 {
+func batchesHeld(tbl *Table) (uint64, error) {
 	var n uint64
 	for b := range tbl.Schema().Buckets {
 		if err := tbl.ReadLog(b, 0, func(e *Entry) error { n = max(n, e.Writer.Epoch+1); return nil }); err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 	}
-	return n
+	return n, nil
 }
 
-// TestCrashChild is the writer process: it resumes after the last batch
-// the table holds and writes batches until killed, syncing every tenth
-// and reporting each sync on stdout.
-func TestCrashChild(t *testing.T) {
-	dir := os.Getenv(crashDirEnv)
-	if dir == "" {
-		t.Skip("runs only as the child of TestCrash")
+// TestMain runs the test binary as the writer process of TestCrash when
+// crashDirEnv is set.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashDirEnv); dir != "" {
+		err := crashChild(dir)
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(2)
 	}
+	os.Exit(m.Run())
+}
+
+// crashChild resumes after the last batch the table holds and writes
+// batches until killed, syncing every tenth and reporting each sync on
+// stdout. It returns only on error.
+func crashChild(dir string) error {
 	tbl, err := Open(dir, crashSchema(), Options{})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	for i := lastBatch(t, tbl); ; i++ {
+	first, err := batchesHeld(tbl)
+	if err != nil {
+		return err
+	}
+	for i := first; ; i++ {
 		b, err := crashBatch(tbl, i)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if _, err := tbl.Apply(b); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if i%10 == 9 {
 			if err := tbl.Sync(); err != nil {
-				t.Fatal(err)
+				return err
 			}
 			fmt.Printf("synced %d\n", i+1)
 		}
@@ -120,7 +131,10 @@ func TestCrash(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}
-		held := lastBatch(t, tbl)
+		held, err := batchesHeld(tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("round %d: killed after %v: %d batches held, %d synced", round, delay, held, synced)
 		if held < synced {
 			t.Fatalf("round %d: %d batches held, but %d were synced", round, held, synced)
@@ -141,7 +155,7 @@ func TestCrash(t *testing.T) {
 // crashRound runs the child on dir, kills it delay after its first sync and
 // returns the highest batch count it reported synced.
 func crashRound(t *testing.T, dir string, delay time.Duration) uint64 {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
