@@ -282,5 +282,7 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 	for i, bk := range st.used {
 		t.mu.buckets[bk] = states[i]
 	}
+	close(t.mu.appended)
+	t.mu.appended = make(chan struct{})
 	return nil
 }

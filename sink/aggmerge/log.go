@@ -1,6 +1,7 @@
 package aggmerge
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -71,6 +72,31 @@ func (t *Table) LogEnds() []uint64 {
 		out[i] = s.LogEnd
 	}
 	return out
+}
+
+// WaitLog returns when a bucket's log end is beyond offset, so that a
+// reader tailing the log (the changelog exporter) need not poll; or with
+// ctx's error when ctx is done first, or ErrClosed when the table closes.
+func (t *Table) WaitLog(ctx context.Context, bucket int, offset uint64) error {
+	if err := t.checkBucket(bucket); err != nil {
+		return err
+	}
+	for {
+		t.mu.RLock()
+		end, closed, appended := t.mu.buckets[bucket].LogEnd, t.mu.closed, t.mu.appended
+		t.mu.RUnlock()
+		switch {
+		case closed:
+			return ErrClosed
+		case end > offset:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-appended:
+		}
+	}
 }
 
 func (t *Table) checkBucket(bucket int) error {

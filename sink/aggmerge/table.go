@@ -74,6 +74,8 @@ type Table struct {
 		buckets []encoding.BucketState
 		cache   rowCache
 		writers map[string]Registration // by writer id
+		// appended is closed, and replaced, whenever a log grows.
+		appended chan struct{}
 	}
 }
 
@@ -114,6 +116,7 @@ func Open(dir string, schema Schema, opts Options) (*Table, error) {
 		return nil, fmt.Errorf("open table %q: %w", dir, err)
 	}
 	t := &Table{dir: dir, db: db, opts: opts}
+	t.mu.appended = make(chan struct{})
 	err = t.load(schema, funcs, given)
 	if err == nil {
 		err = t.loadWriters()
@@ -276,6 +279,7 @@ func (t *Table) Close() error {
 		return nil
 	}
 	t.mu.closed = true
+	close(t.mu.appended) // wakes WaitLog
 	t.mu.cache = rowCache{}
 	t.mu.Unlock()
 	if err := t.db.Close(); err != nil {

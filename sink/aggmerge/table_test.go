@@ -1,11 +1,13 @@
 package aggmerge
 
 import (
+	"context"
 	"errors"
 	"math"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -400,5 +402,32 @@ func TestOpenEmptyDirWithoutSchema(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("a failed open left %d files", len(entries))
+	}
+}
+
+func TestWaitLog(t *testing.T) {
+	s := smallSchema()
+	s.Buckets = 1
+	tbl, err := Open(t.TempDir(), s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := tbl.WaitLog(ctx, 0, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wait on an empty log: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tbl.WaitLog(context.Background(), 0, 0) }()
+	b, _ := tbl.NewBatch(Writer{}, nil)
+	_ = b.Upsert(Aggregate, key("a"), []agg.Value{agg.IntValue(1), agg.NullValue()})
+	mustApply(t, tbl, b)
+	if err := <-done; err != nil {
+		t.Errorf("wait for the first entry: %v", err)
+	}
+	go func() { done <- tbl.WaitLog(context.Background(), 0, 1) }()
+	_ = tbl.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Errorf("wait across close: %v", err)
 	}
 }
