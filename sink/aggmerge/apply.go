@@ -193,7 +193,7 @@ func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool
 	if keep || !allNull(st.newVals) {
 		row = encoding.AppendRow(nil, t.valTypes, st.newVals)
 	}
-	if bytes.Equal(old, row) && (old == nil) == (row == nil) {
+	if bytes.Equal(old, row) { // an encoded row is never empty: nil only equals nil
 		return false, nil
 	}
 	if i, ok := st.pending[string(key)]; ok {
