@@ -273,9 +273,12 @@ func Broadcast[T any](s Stream[T], name string, opts ...NodeOption) Stream[T] {
 
 // PartitionBy routes each record to subtask partition(v) mod parallelism of
 // the next operator. Sinks of a bucketed table use it with the bucket, so
-// writer i of p owns the buckets b with b mod p = i.
-func PartitionBy[T any](s Stream[T], name string, partition func(T) int, opts ...NodeOption) Stream[T] {
+// writer i of p owns the buckets b with b mod p = i. newPartition is called
+// once per upstream subtask, so the function it returns may keep scratch
+// memory without locking.
+func PartitionBy[T any](s Stream[T], name string, newPartition func() func(T) int, opts ...NodeOption) Stream[T] {
 	return repartition(s, name, partCustom, func() func(T, int) int {
+		partition := newPartition()
 		return func(v T, p int) int { return partition(v) % p }
 	}, opts)
 }
