@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -194,4 +195,25 @@ func BenchmarkDecode(b *testing.B) {
 	typed := JSON[purchase]()()
 	run("json-struct", func() error { _, err := typed(rec); return err })
 	run("json-map", func() error { var m map[string]any; return json.Unmarshal(val, &m) })
+}
+
+func TestWithMetadata(t *testing.T) {
+	ts := time.UnixMilli(1_700_000_000_123)
+	rec := &kgo.Record{Topic: "t", Partition: 3, Offset: 42, Timestamp: ts, Key: []byte("k"),
+		Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("v")}}, Value: []byte(`{"a":1}`)}
+	got, err := WithMetadata(Rows())()(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Topic != "t" || got.Partition != 3 || got.Offset != 42 || !got.Timestamp.Equal(ts) || string(got.Key) != "k" ||
+		len(got.Headers) != 1 || got.Headers[0].Key != "h" || got.Value.String() != `{"a":1}` {
+		t.Fatalf("%+v", got)
+	}
+	if _, err := WithMetadata(Rows())()(&kgo.Record{Value: []byte("x")}); err == nil {
+		t.Fatal("undecodable value passed")
+	}
+	raw, _ := Raw()()(rec)
+	if string(raw) != `{"a":1}` {
+		t.Fatalf("raw %q", raw)
+	}
 }

@@ -57,10 +57,14 @@ func TestSecretsNeverPrint(t *testing.T) {
 	}
 }
 
-// TestTLSAndSASL reads through a TLS listener with each SASL mechanism,
-// and refuses to start with a wrong password (without printing it).
+// TestTLSAndSASL reads through a mutual-TLS listener with each SASL
+// mechanism, and refuses to start with a wrong password (without printing
+// it), without a client certificate, or with a CA that did not sign the
+// broker's.
 func TestTLSAndSASL(t *testing.T) {
-	caFile, serverTLS, pool := testCerts(t)
+	certs := testCerts(t)
+	caFile, serverTLS, pool := certs.caFile, certs.server, certs.pool
+	clientTLS := func() *kafka.TLS { return &kafka.TLS{CAFile: caFile, CertFile: certs.certFile, KeyFile: certs.keyFile} }
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.TLS(serverTLS),
 		kfake.Superuser("PLAIN", "plain-user", password),
 		kfake.Superuser("SCRAM-SHA-256", "scram256-user", password),
@@ -71,7 +75,7 @@ func TestTLSAndSASL(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	brokers := c.ListenAddrs()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTLSConfig(&tls.Config{RootCAs: pool}),
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{certs.client}}),
 		kgo.SASL(scram.Auth{User: "scram512-user", Pass: password}.AsSha512Mechanism()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -86,7 +90,7 @@ func TestTLSAndSASL(t *testing.T) {
 		{kafka.SASLPlain, "plain-user"}, {kafka.SASLScramSHA256, "scram256-user"}, {kafka.SASLScramSHA512, "scram512-user"},
 	} {
 		t.Run(m.mech, func(t *testing.T) {
-			cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: &kafka.TLS{CAFile: caFile},
+			cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: clientTLS(),
 				SASL: &kafka.SASL{Mechanism: m.mech, Username: m.user, Password: password}}
 			dir := t.TempDir()
 			checkSeqs(t, runUntilCommitted(t, eventJob(t, dir, newSource(t, cfg, eventFormat), 1, 0), filepath.Join(dir, "out"), 100), 100)
@@ -94,7 +98,7 @@ func TestTLSAndSASL(t *testing.T) {
 	}
 	t.Run("wrong password", func(t *testing.T) {
 		var logs bytes.Buffer
-		cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: &kafka.TLS{CAFile: caFile}, StartTimeout: time.Second,
+		cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: clientTLS(), StartTimeout: time.Second,
 			SASL: &kafka.SASL{Mechanism: kafka.SASLScramSHA256, Username: "scram256-user", Password: "wrong-" + password}}
 		j := eventJob(t, t.TempDir(), newSource(t, cfg, eventFormat), 1, 0, func(o *runtime.Options) {
 			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -107,19 +111,32 @@ func TestTLSAndSASL(t *testing.T) {
 			t.Fatalf("password printed:\n%s", all)
 		}
 	})
-	t.Run("unknown CA", func(t *testing.T) {
-		cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: &kafka.TLS{}, StartTimeout: time.Second,
-			SASL: &kafka.SASL{Mechanism: kafka.SASLPlain, Username: "plain-user", Password: password}}
-		if err := eventJob(t, t.TempDir(), newSource(t, cfg, eventFormat), 1, 0).Run(t.Context()); err == nil {
-			t.Fatal("connected to a broker whose certificate no trusted CA signed")
-		}
-	})
+	for name, tc := range map[string]*kafka.TLS{
+		"unknown CA":            {CertFile: certs.certFile, KeyFile: certs.keyFile},
+		"no client certificate": {CAFile: caFile},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: tc, StartTimeout: time.Second,
+				SASL: &kafka.SASL{Mechanism: kafka.SASLPlain, Username: "plain-user", Password: password}}
+			if err := eventJob(t, t.TempDir(), newSource(t, cfg, eventFormat), 1, 0).Run(t.Context()); err == nil {
+				t.Fatal("connected")
+			}
+		})
+	}
 }
 
-// testCerts makes a CA and a certificate for 127.0.0.1 signed by it, and
-// returns the CA's PEM file, the server's TLS config and the CA pool.
-func testCerts(t *testing.T) (string, *tls.Config, *x509.CertPool) {
+type certs struct {
+	caFile, certFile, keyFile string
+	server                    *tls.Config
+	client                    tls.Certificate
+	pool                      *x509.CertPool
+}
+
+// testCerts makes a CA, and a server certificate for 127.0.0.1 and a client
+// certificate signed by it; the server requires a client certificate.
+func testCerts(t *testing.T) certs {
 	t.Helper()
+	dir := t.TempDir()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -127,8 +144,15 @@ func testCerts(t *testing.T) (string, *tls.Config, *x509.CertPool) {
 		}
 		return k
 	}
-	caKey, leafKey := key(), key()
+	write := func(name, typ string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
 	now := time.Now()
+	caKey := key()
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign}
@@ -137,18 +161,32 @@ func testCerts(t *testing.T) (string, *tls.Config, *x509.CertPool) {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "broker"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
+	leaf := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
+		k := key()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: fmt.Sprint("leaf ", serial)},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, k
+	}
+	serverDER, serverKey := leaf(2, x509.ExtKeyUsageServerAuth)
+	clientDER, clientKey := leaf(3, x509.ExtKeyUsageClientAuth)
+	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
-		t.Fatal(err)
+	c := certs{
+		caFile:   write("ca.pem", "CERTIFICATE", caDER),
+		certFile: write("client.pem", "CERTIFICATE", clientDER),
+		keyFile:  write("client-key.pem", "EC PRIVATE KEY", clientKeyDER),
+		client:   tls.Certificate{Certificate: [][]byte{clientDER}, PrivateKey: clientKey},
+		pool:     x509.NewCertPool(),
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return caFile, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}}, MinVersion: tls.VersionTLS12}, pool
+	c.pool.AddCert(ca)
+	c.server = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{serverDER}, PrivateKey: serverKey}},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: c.pool, MinVersion: tls.VersionTLS12}
+	return c
 }
