@@ -303,6 +303,15 @@ func (t *Table) EncodeKey(key []agg.Value) ([]byte, error) {
 	return t.appendKey(nil, key, len(t.keyTypes))
 }
 
+// Func returns the bound aggregate function of value column i.
+func (t *Table) Func(i int) *agg.Func { return t.funcs[i] }
+
+// AppendKey conforms and encodes a full primary key, appending to dst: the
+// allocation-free form of EncodeKey.
+func (t *Table) AppendKey(dst []byte, key []agg.Value) ([]byte, error) {
+	return t.appendKey(dst, key, len(t.keyTypes))
+}
+
 // Bucket returns the bucket of a primary key.
 func (t *Table) Bucket(key []agg.Value) (int, error) {
 	k, err := t.EncodeKey(key)

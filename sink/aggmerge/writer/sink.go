@@ -1,0 +1,320 @@
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// Config configures the exactly-once writer of one table.
+type Config struct {
+	// Table is the table written; the caller opens and closes it (several
+	// jobs of one process share one handle).
+	Table *aggmerge.Table
+	// Columns are the value columns written (empty: all). Jobs writing the
+	// same table must write disjoint columns.
+	Columns []string
+	// Retracts declares that the input may hold UpdateBefore/Delete rows,
+	// which retract. It is refused when a column's function cannot retract.
+	Retracts bool
+	// BatchSize is the number of writes per table batch (1000).
+	BatchSize int
+	// FlushInterval bounds how long a write waits in the writer before it
+	// reaches the table (100ms); every barrier flushes too.
+	FlushInterval time.Duration
+	// UnsafeSkipUndo turns undo off. It exists for tests that prove the crash
+	// harness detects double counting; never set it otherwise.
+	UnsafeSkipUndo bool
+}
+
+func (c *Config) setDefaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = 100 * time.Millisecond
+	}
+}
+
+// validate checks the configuration against the table, as early as the job
+// is built.
+func (c *Config) validate() error {
+	if c.Table == nil {
+		return errors.New("aggmerge writer: no table")
+	}
+	sch := c.Table.Schema()
+	for _, name := range c.Columns {
+		if sch.ValueIndex(name) < 0 {
+			return fmt.Errorf("aggmerge writer: table %s has no value column %q", c.Table.Dir(), name)
+		}
+	}
+	if c.Retracts {
+		for _, i := range c.columnIndexes() {
+			col := sch.Values[i]
+			if !c.Table.Func(i).CanRetract() {
+				return fmt.Errorf("aggmerge writer: table %s column %q: function %s cannot retract, and the input may retract (-U/-D)",
+					c.Table.Dir(), col.Name, col.Func)
+			}
+		}
+	}
+	return nil
+}
+
+// columnIndexes returns the table indexes of the written value columns.
+func (c *Config) columnIndexes() []int {
+	sch := c.Table.Schema()
+	if len(c.Columns) == 0 {
+		idx := make([]int, len(sch.Values))
+		for i := range idx {
+			idx[i] = i
+		}
+		return idx
+	}
+	idx := make([]int, len(c.Columns))
+	for i, name := range c.Columns {
+		idx[i] = sch.ValueIndex(name)
+	}
+	return idx
+}
+
+// needsUndo reports whether a restore must undo: always, unless every
+// written function is idempotent and nothing can retract (replaying the
+// input then changes nothing).
+func (c *Config) needsUndo() bool {
+	if c.UnsafeSkipUndo {
+		return false
+	}
+	if c.Retracts {
+		return true
+	}
+	for _, i := range c.columnIndexes() {
+		if !c.Table.Func(i).Idempotent() {
+			return true
+		}
+	}
+	return false
+}
+
+// sink is one subtask of the writer.
+type sink[T any] struct {
+	cfg    Config
+	mapper Mapper[T]
+	table  *aggmerge.Table
+	ctx    *runtime.Context
+	prefix string // writer ids of every subtask of this sink start with it
+	w      aggmerge.Writer
+	owned  []int
+	batch  *aggmerge.Batch
+	row    Row
+	timer  bool // a flush timer is set
+
+	// snapshots maps a checkpoint not yet known complete to the baselines
+	// it saved; committed is, per owned bucket, where the last commit
+	// marker ended.
+	snapshots map[barrier.CheckpointID]map[int]uint64
+	committed map[int]uint64
+}
+
+func newSink[T any](cfg Config, mapper Mapper[T]) *sink[T] {
+	return &sink[T]{cfg: cfg, mapper: mapper, table: cfg.Table,
+		snapshots: map[barrier.CheckpointID]map[int]uint64{}, committed: map[int]uint64{}}
+}
+
+func (s *sink[T]) Open(ctx *runtime.Context) error {
+	s.ctx = ctx
+	t := s.table
+	s.prefix = ctx.Job + "/" + ctx.Operator + "#"
+	s.w.ID = s.prefix + strconv.Itoa(ctx.Subtask)
+	epoch, err := t.Register(ctx.Job, s.w.ID, s.cfg.Columns)
+	if err != nil {
+		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
+	}
+	s.w.Epoch = epoch
+	buckets := t.Schema().Buckets
+	for b := 0; b < buckets; b++ {
+		if Owner(b, ctx.Parallelism) == ctx.Subtask {
+			s.owned = append(s.owned, b)
+		}
+	}
+	if s.batch, err = t.NewBatch(s.w, s.cfg.Columns); err != nil {
+		return err
+	}
+	if !ctx.RestoredOK {
+		return nil // nothing was written before the first checkpoint
+	}
+	base, err := mergeBaselines(ctx.State.Unions[stateList], t.Dir(), t.ID().String(), s.sinkName(), buckets)
+	if err != nil {
+		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
+	}
+	if err := s.recover(base); err != nil {
+		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
+	}
+	for _, b := range s.owned {
+		s.committed[b] = base[b]
+	}
+	return nil
+}
+
+func (s *sink[T]) sinkName() string { return s.ctx.Job + "/" + s.ctx.Operator }
+
+// recover undoes, in every owned bucket, what this sink wrote past its
+// baseline, then marks the restored checkpoint committed.
+func (s *sink[T]) recover(base map[int]uint64) error {
+	t, log := s.table, s.ctx.Logger
+	undo := s.cfg.needsUndo()
+	start := time.Now()
+	var scanned, restored int
+	cols := s.cfg.columnIndexes()
+	marks, err := t.NewBatch(s.w, s.cfg.Columns)
+	if err != nil {
+		return err
+	}
+	for i, b := range s.owned {
+		first, end, err := t.LogOffsets(b)
+		if err != nil {
+			return err
+		}
+		switch {
+		case base[b] > end:
+			return fmt.Errorf("table %s bucket %d: %w: baseline %d, log end %d", t.Dir(), b, aggmerge.ErrBeyondLogEnd, base[b], end)
+		case base[b] < first && base[b] < end:
+			return fmt.Errorf("table %s bucket %d: %w: baseline %d, log starts at %d", t.Dir(), b, aggmerge.ErrBelowLogStart, base[b], first)
+		}
+		if undo && base[b] < end {
+			p, err := planUndo(t, b, base[b], end, s.prefix, cols)
+			if err != nil {
+				return fmt.Errorf("undo table %s bucket %d from %d to %d: %w", t.Dir(), b, base[b], end, err)
+			}
+			if err := applyUndo(t, s.w, s.cfg.Columns, p, uint64(s.ctx.Restored)); err != nil {
+				return fmt.Errorf("undo table %s bucket %d from %d to %d: %w", t.Dir(), b, base[b], end, err)
+			}
+			scanned += p.scanned
+			restored += len(p.keys)
+			log.Debug("bucket undone", "table", t.Dir(), "bucket", b, "from", base[b], "to", end,
+				"entries", p.scanned, "keys", len(p.keys), "buckets_done", i+1, "buckets", len(s.owned))
+		}
+		err = marks.Mark(b, aggmerge.Marker{Kind: aggmerge.MarkerCommit, Checkpoint: uint64(s.ctx.Restored), From: base[b], To: base[b]})
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := t.Apply(marks); err != nil {
+		return err
+	}
+	if err := t.Sync(); err != nil {
+		return err
+	}
+	log.Info("undo finished", "table", t.Dir(), "checkpoint", s.ctx.Restored, "buckets", len(s.owned),
+		"entries_scanned", scanned, "keys_restored", restored, "duration", time.Since(start), "skipped", !undo)
+	return nil
+}
+
+func (s *sink[T]) Write(batch []T) error {
+	for _, v := range batch {
+		if err := s.mapper(v, &s.row); err != nil {
+			return err
+		}
+		mode := aggmerge.Aggregate
+		if s.row.Kind.retracts() {
+			if !s.cfg.Retracts {
+				return fmt.Errorf("aggmerge writer: a retracting row (%d) reached a sink not declared Retracts", s.row.Kind)
+			}
+			mode = aggmerge.Retract
+		}
+		if err := s.batch.Upsert(mode, s.row.Key, s.row.Vals); err != nil {
+			return err
+		}
+		if s.batch.Len() >= s.cfg.BatchSize {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if s.batch.Len() > 0 && !s.timer {
+		s.ctx.SetTimer(time.Now().Add(s.cfg.FlushInterval))
+		s.timer = true
+	}
+	return nil
+}
+
+// OnTimer flushes what waited FlushInterval.
+func (s *sink[T]) OnTimer(time.Time) error {
+	s.timer = false
+	return s.flush()
+}
+
+func (s *sink[T]) flush() error {
+	if s.batch.Len() == 0 {
+		return nil
+	}
+	if _, err := s.table.Apply(s.batch); err != nil {
+		return err
+	}
+	s.batch.Reset()
+	return nil
+}
+
+func (s *sink[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
+	if err := s.flush(); err != nil {
+		return state.OperatorState{}, err
+	}
+	if err := s.table.Sync(); err != nil {
+		return state.OperatorState{}, err
+	}
+	ends := s.table.LogEnds()
+	base := make(map[int]uint64, len(s.owned))
+	for _, b := range s.owned {
+		base[b] = ends[b]
+	}
+	s.snapshots[id] = base
+	item, err := snapshotState{Version: stateVersion, Table: s.table.Dir(), TableID: s.table.ID().String(),
+		Sink: s.sinkName(), Subtask: s.ctx.Subtask, Parallelism: s.ctx.Parallelism,
+		Buckets: s.table.Schema().Buckets, Baselines: base}.encode()
+	if err != nil {
+		return state.OperatorState{}, err
+	}
+	return state.OperatorState{Unions: map[string][][]byte{stateList: {item}}}, nil
+}
+
+// NotifyComplete appends a commit marker to every owned bucket whose log
+// moved since the last one: the changelog exporter's signal that the range
+// is covered by a completed checkpoint.
+func (s *sink[T]) NotifyComplete(id barrier.CheckpointID) error {
+	base, ok := s.snapshots[id]
+	if !ok {
+		return nil
+	}
+	for _, old := range slices.Collect(maps.Keys(s.snapshots)) {
+		if old <= id {
+			delete(s.snapshots, old)
+		}
+	}
+	marks, err := s.table.NewBatch(s.w, s.cfg.Columns)
+	if err != nil {
+		return err
+	}
+	for _, b := range s.owned {
+		if base[b] == s.committed[b] {
+			continue
+		}
+		if err := marks.Mark(b, aggmerge.Marker{Kind: aggmerge.MarkerCommit, Checkpoint: uint64(id), From: s.committed[b], To: base[b]}); err != nil {
+			return err
+		}
+		s.committed[b] = base[b]
+	}
+	if marks.Len() == 0 {
+		return nil
+	}
+	_, err = s.table.Apply(marks)
+	return err
+}
+
+func (s *sink[T]) Close() error { return nil }

@@ -1,0 +1,89 @@
+package writer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrState marks writer state that cannot be restored safely.
+var ErrState = errors.New("aggmerge writer: state not restorable")
+
+// stateList is the union list holding every subtask's baseline.
+const stateList = "aggmerge-writer"
+
+// stateVersion is the version of the state item this package writes.
+const stateVersion = 1
+
+// snapshotState is what one subtask saves at a checkpoint: the table's
+// identity, the sink's, and the log end offset of every bucket it owns.
+type snapshotState struct {
+	Version     int            `json:"version"`
+	Table       string         `json:"table"` // the table's directory, for messages
+	TableID     string         `json:"table_id"`
+	Sink        string         `json:"sink"` // <job>/<sink>
+	Subtask     int            `json:"subtask"`
+	Parallelism int            `json:"parallelism"`
+	Buckets     int            `json:"buckets"`
+	Baselines   map[int]uint64 `json:"baselines"`
+}
+
+func (s snapshotState) encode() ([]byte, error) { return json.Marshal(s) }
+
+// Owner is the subtask of p that owns bucket b: the one function used for the
+// shuffle, baselines, undo and rescale.
+func Owner(bucket, parallelism int) int { return bucket % parallelism }
+
+// mergeBaselines checks the restored items of every subtask and returns the
+// baseline of every bucket. All checks name the table, the bucket and the
+// offsets involved.
+func mergeBaselines(items [][]byte, table, tableID, sink string, buckets int) (map[int]uint64, error) {
+	if len(items) == 0 {
+		return nil, fmt.Errorf("%w: table %s: the checkpoint holds no baseline of sink %s (completeness cannot be proven)", ErrState, table, sink)
+	}
+	base := make(map[int]uint64, buckets)
+	from := make(map[int]int, buckets) // bucket -> old subtask that gave it
+	var errs []error
+	for _, raw := range items {
+		var s snapshotState
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("%w: table %s: decode baseline: %w", ErrState, table, err)
+		}
+		switch {
+		case s.Version != stateVersion:
+			errs = append(errs, fmt.Errorf("baseline version %d, want %d", s.Version, stateVersion))
+		case s.TableID != tableID:
+			errs = append(errs, fmt.Errorf("baselines are of table id %s, the table now has id %s (recreated under the same name?)", s.TableID, tableID))
+		case s.Sink != sink:
+			errs = append(errs, fmt.Errorf("baselines are of sink %s, not %s", s.Sink, sink))
+		case s.Buckets != buckets:
+			errs = append(errs, fmt.Errorf("baselines cover %d buckets, the table has %d", s.Buckets, buckets))
+		}
+		for b, off := range s.Baselines {
+			if b < 0 || b >= buckets {
+				errs = append(errs, fmt.Errorf("bucket %d: out of range [0, %d)", b, buckets))
+				continue
+			}
+			if prev, dup := base[b]; dup && prev != off {
+				errs = append(errs, fmt.Errorf("bucket %d: conflicting baselines %d (subtask %d) and %d (subtask %d)", b, prev, from[b], off, s.Subtask))
+				continue
+			}
+			base[b], from[b] = off, s.Subtask
+		}
+	}
+	var missing []int
+	for b := 0; b < buckets; b++ {
+		if _, ok := base[b]; !ok {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Ints(missing)
+		errs = append(errs, fmt.Errorf("buckets %v have no baseline (incomplete state)", missing))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: table %s, sink %s: %w", ErrState, table, sink, errors.Join(errs...))
+	}
+	return base, nil
+}

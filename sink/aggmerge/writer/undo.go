@@ -1,0 +1,94 @@
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// undoPlan is what undoing one bucket writes: for each key the sink changed
+// past the baseline, the values its columns had at the baseline.
+type undoPlan struct {
+	bucket   int
+	from, to uint64 // the undone range [baseline, captured end)
+	scanned  int    // log entries read
+	keys     [][]agg.Value
+	vals     [][]agg.Value // the sink's columns; all null for rows it created
+}
+
+// planUndo scans bucket's log from baseline to end and keeps, for each key,
+// the first entry written by a writer whose id starts with prefix (any
+// subtask and epoch of this sink). cols are the sink's value columns (table
+// indexes).
+func planUndo(t *aggmerge.Table, bucket int, baseline, end uint64, prefix string, cols []int) (undoPlan, error) {
+	p := undoPlan{bucket: bucket, from: baseline, to: end}
+	if baseline == end {
+		return p, nil
+	}
+	seen := map[string]bool{}
+	stop := errors.New("end reached")
+	err := t.ReadLog(bucket, baseline, func(e *aggmerge.Entry) error {
+		if e.Offset >= end {
+			return stop
+		}
+		p.scanned++
+		if e.Op == aggmerge.MarkerEntry || !strings.HasPrefix(e.Writer.ID, prefix) {
+			return nil
+		}
+		k, err := t.EncodeKey(e.Key)
+		if err != nil {
+			return err
+		}
+		if seen[string(k)] {
+			return nil
+		}
+		seen[string(k)] = true
+		vals := make([]agg.Value, len(cols))
+		if e.Before != nil { // nil: the row did not exist, its columns clear
+			for i, c := range cols {
+				vals[i] = e.Before[c]
+			}
+		}
+		p.keys = append(p.keys, slices.Clone(e.Key))
+		p.vals = append(p.vals, vals)
+		return nil
+	})
+	if err != nil && !errors.Is(err, stop) {
+		return p, err
+	}
+	return p, nil
+}
+
+// undoChunk bounds the writes of one undo batch.
+const undoChunk = 1000
+
+// applyUndo writes the plan in OVERWRITE mode as undo entries, then the
+// rollback marker naming the undone range and the restored checkpoint.
+func applyUndo(t *aggmerge.Table, w aggmerge.Writer, columns []string, p undoPlan, checkpoint uint64) error {
+	b, err := t.NewBatch(w, columns)
+	if err != nil {
+		return err
+	}
+	b.SetUndo(true)
+	for i := range p.keys {
+		if err := b.Upsert(aggmerge.Overwrite, p.keys[i], p.vals[i]); err != nil {
+			return fmt.Errorf("undo key %v: %w", p.keys[i], err)
+		}
+		if b.Len() >= undoChunk {
+			if _, err := t.Apply(b); err != nil {
+				return err
+			}
+			b.Reset()
+		}
+	}
+	err = b.Mark(p.bucket, aggmerge.Marker{Kind: aggmerge.MarkerRollback, Checkpoint: checkpoint, From: p.from, To: p.to})
+	if err != nil {
+		return err
+	}
+	_, err = t.Apply(b)
+	return err
+}
