@@ -180,6 +180,8 @@ func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool
 		case w.del: // a clear: Aggregate with delete allowed, or Overwrite
 		case w.mode == Overwrite:
 			v = in
+		case w.mode == Partial:
+			v, err = t.funcs[c].MergePartial(st.oldVals[c], in)
 		default:
 			v, err = t.funcs[c].Merge(st.oldVals[c], in)
 		}
@@ -189,7 +191,7 @@ func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool
 		st.newVals[c] = v
 	}
 	var row []byte
-	keep := w.mode == Aggregate && !w.del
+	keep := (w.mode == Aggregate || w.mode == Partial) && !w.del
 	if keep || !allNull(st.newVals) {
 		row = encoding.AppendRow(nil, t.valTypes, st.newVals)
 	}

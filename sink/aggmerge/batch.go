@@ -22,6 +22,10 @@ const (
 	// whose function cannot retract refuses it. A row left with every value
 	// column null is deleted.
 	Retract
+	// Partial aggregates pre-aggregated values (agg.Func.Partial and
+	// Combine): one write stands for several inputs of its key, which a
+	// writer combined in memory. Otherwise like Aggregate.
+	Partial
 )
 
 func (m Mode) String() string {
@@ -32,6 +36,8 @@ func (m Mode) String() string {
 		return "overwrite"
 	case Retract:
 		return "retract"
+	case Partial:
+		return "partial"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
@@ -158,6 +164,10 @@ func (b *Batch) Mark(bucket int, m Marker) error {
 func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
 	switch mode {
 	case Aggregate, Overwrite:
+	case Partial:
+		if del {
+			return fmt.Errorf("%w: a delete cannot be partial", ErrInvalid)
+		}
 	case Retract:
 		if b.noRetract != nil {
 			return b.noRetract

@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"fmt"
+
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -31,3 +33,7 @@ type Row struct {
 // Mapper fills row from a record. It should append to row.Key[:0] and
 // row.Vals[:0] so the sink reuses their memory: no allocation per record.
 type Mapper[T any] func(v T, row *Row) error
+
+func errValues(got, want int) error {
+	return fmt.Errorf("aggmerge writer: %d values for %d target columns", got, want)
+}

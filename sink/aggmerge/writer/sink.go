@@ -30,6 +30,13 @@ type Config struct {
 	// FlushInterval bounds how long a write waits in the writer before it
 	// reaches the table (100ms); every barrier flushes too.
 	FlushInterval time.Duration
+	// NoCombine turns off pre-aggregation. By default the rows of one key
+	// between two flushes are combined in memory and written once, so the
+	// table and its changelog grow with distinct keys, not with records.
+	NoCombine bool
+	// CombineKeys bounds the keys combined in memory before an early flush
+	// (65536).
+	CombineKeys int
 	// UnsafeSkipUndo turns undo off. It exists for tests that prove the crash
 	// harness detects double counting; never set it otherwise.
 	UnsafeSkipUndo bool
@@ -41,6 +48,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = 100 * time.Millisecond
+	}
+	if c.CombineKeys <= 0 {
+		c.CombineKeys = 1 << 16
 	}
 }
 
@@ -113,6 +123,7 @@ type sink[T any] struct {
 	w      aggmerge.Writer
 	owned  []int
 	batch  *aggmerge.Batch
+	comb   *combiner // nil when combining is off
 	row    Row
 	timer  bool // a flush timer is set
 
@@ -146,6 +157,9 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	}
 	if s.batch, err = t.NewBatch(s.w, s.cfg.Columns); err != nil {
 		return err
+	}
+	if !s.cfg.NoCombine {
+		s.comb = newCombiner(t, s.cfg.columnIndexes())
 	}
 	if !ctx.RestoredOK {
 		return nil // nothing was written before the first checkpoint
@@ -229,6 +243,23 @@ func (s *sink[T]) Write(batch []T) error {
 			}
 			mode = aggmerge.Retract
 		}
+		if s.comb != nil && mode == aggmerge.Aggregate {
+			if err := s.comb.add(s.row.Key, s.row.Vals); err != nil {
+				return err
+			}
+			if s.comb.len() >= s.cfg.CombineKeys {
+				if err := s.flush(); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if s.comb != nil && s.comb.len() > 0 {
+			// keep the order of a key's writes: what was combined goes first
+			if err := s.comb.drain(s.batch); err != nil {
+				return err
+			}
+		}
 		if err := s.batch.Upsert(mode, s.row.Key, s.row.Vals); err != nil {
 			return err
 		}
@@ -238,7 +269,7 @@ func (s *sink[T]) Write(batch []T) error {
 			}
 		}
 	}
-	if s.batch.Len() > 0 && !s.timer {
+	if !s.timer && (s.batch.Len() > 0 || (s.comb != nil && s.comb.len() > 0)) {
 		s.ctx.SetTimer(time.Now().Add(s.cfg.FlushInterval))
 		s.timer = true
 	}
@@ -251,7 +282,13 @@ func (s *sink[T]) OnTimer(time.Time) error {
 	return s.flush()
 }
 
+// flush writes everything waiting to the table (unsynced).
 func (s *sink[T]) flush() error {
+	if s.comb != nil && s.comb.len() > 0 {
+		if err := s.comb.drain(s.batch); err != nil {
+			return err
+		}
+	}
 	if s.batch.Len() == 0 {
 		return nil
 	}

@@ -157,7 +157,7 @@ func openTable(t *testing.T) *aggmerge.Table {
 }
 
 // runJob runs sequence → chaos → writer until the bounded input ended.
-func runJob(t *testing.T, tbl *aggmerge.Table, count uint64, par int, f *chaos.Faults, skipUndo bool) {
+func runJob(t *testing.T, tbl *aggmerge.Table, count uint64, par int, f *chaos.Faults, skipUndo, noCombine bool) {
 	t.Helper()
 	j := runtime.NewJob(runtime.Options{Name: "sums", DataDir: t.TempDir(), Parallelism: par, BatchSize: 256,
 		Checkpoint: runtime.CheckpointOptions{Interval: 10 * time.Millisecond},
@@ -166,7 +166,7 @@ func runJob(t *testing.T, tbl *aggmerge.Table, count uint64, par int, f *chaos.F
 	if f != nil {
 		src = chaos.Operator(src, "chaos", f)
 	}
-	cfg := writer.Config{Table: tbl, BatchSize: 100, UnsafeSkipUndo: skipUndo}
+	cfg := writer.Config{Table: tbl, BatchSize: 100, UnsafeSkipUndo: skipUndo, NoCombine: noCombine}
 	if err := writer.To(src, "table", cfg, mapEvent); err != nil {
 		t.Fatal(err)
 	}
@@ -178,18 +178,23 @@ func runJob(t *testing.T, tbl *aggmerge.Table, count uint64, par int, f *chaos.F
 }
 
 func TestWriterNoFaults(t *testing.T) {
-	tbl := openTable(t)
-	runJob(t, tbl, 20_000, 2, nil, false)
-	checkTable(t, tbl, expected(20_000))
+	for _, noCombine := range []bool{false, true} {
+		tbl := openTable(t)
+		runJob(t, tbl, 20_000, 2, nil, false, noCombine)
+		checkTable(t, tbl, expected(20_000))
+	}
 }
 
 func TestWriterExactlyOnceWithFaults(t *testing.T) {
-	for _, par := range []int{1, 3} {
-		t.Run(fmt.Sprintf("p=%d", par), func(t *testing.T) {
+	for _, tc := range []struct {
+		par       int
+		noCombine bool
+	}{{1, false}, {3, false}, {1, true}, {3, true}} {
+		t.Run(fmt.Sprintf("p=%d/nocombine=%v", tc.par, tc.noCombine), func(t *testing.T) {
 			s := seed(t)
 			f := chaos.New(s, 15)
 			tbl := openTable(t)
-			runJob(t, tbl, 100_000, par, f, false)
+			runJob(t, tbl, 100_000, tc.par, f, false, tc.noCombine)
 			t.Logf("faults: %v", f.Hits())
 			if f.Total() < 3 {
 				t.Fatalf("seed %d: only %d faults injected", s, f.Total())
@@ -205,7 +210,7 @@ func TestWriterWithoutUndoDoubleCounts(t *testing.T) {
 	s := seed(t)
 	f := chaos.New(s, 15)
 	tbl := openTable(t)
-	runJob(t, tbl, 100_000, 2, f, true)
+	runJob(t, tbl, 100_000, 2, f, true, false)
 	if f.Total() == 0 {
 		t.Fatalf("seed %d: no fault injected", s)
 	}
