@@ -59,7 +59,7 @@ func mapEvent(e operators.Event, r *writer.Row) error {
 func expected(count uint64) map[int64][]string {
 	type acc struct {
 		total, n, top, last int64
-		seqs               []string
+		seqs                []string
 	}
 	m := map[int64]*acc{}
 	for seq := uint64(0); seq < count; seq++ {
