@@ -179,6 +179,15 @@ func (a *attempt) run(parent context.Context) error {
 		next = a.restored.ID + 1
 		a.job.metrics.restores.Inc()
 		a.log.Info("restoring", "checkpoint", a.restored.ID)
+		// Newer checkpoints (an older one was chosen) are of a timeline the
+		// restore abandons: a later restore of the latest must not find them.
+		moved, err := a.storage.Abandon(a.restored.ID)
+		if len(moved) > 0 {
+			a.log.Warn("newer checkpoints abandoned", "checkpoints", moved, "restored", a.restored.ID)
+		}
+		if err != nil {
+			return err
+		}
 	} else {
 		// A fresh start continues after any id already on disk, so
 		// checkpoints of an earlier run are superseded, never overwritten.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
 )
@@ -127,6 +128,45 @@ func (s *Storage) Abort(id barrier.CheckpointID) error {
 		return fmt.Errorf("abort checkpoint %s: %w", CheckpointName(id), err)
 	}
 	return SyncDir(s.dir)
+}
+
+// AbandonedDir is the folder, inside the storage folder, that Abandon moves
+// checkpoints to.
+const AbandonedDir = "abandoned"
+
+// Abandon moves every checkpoint folder newer than id out of the way, into
+// AbandonedDir: after a restore of an older checkpoint they belong to a
+// timeline that no longer exists, and a later restore of the latest
+// checkpoint must not pick one of them. It returns the names moved.
+func (s *Storage) Abandon(id barrier.CheckpointID) ([]string, error) {
+	cps, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	var moved []string
+	dst := filepath.Join(s.dir, AbandonedDir)
+	for _, cp := range cps {
+		if cp.ID <= id {
+			continue
+		}
+		if len(moved) == 0 {
+			if err := MkdirSync(dst); err != nil {
+				return nil, err
+			}
+		}
+		name := fmt.Sprintf("%s-%d", cp.Name, time.Now().UnixNano())
+		if err := os.Rename(cp.Dir, filepath.Join(dst, name)); err != nil {
+			return moved, fmt.Errorf("abandon checkpoint %s: %w", cp.Name, err)
+		}
+		moved = append(moved, cp.Name)
+	}
+	if len(moved) > 0 {
+		if err := SyncDir(dst); err != nil {
+			return moved, err
+		}
+		return moved, SyncDir(s.dir)
+	}
+	return nil, nil
 }
 
 // Restore returns what subtask i of parallelism p of operator uid restores

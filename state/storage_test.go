@@ -196,3 +196,31 @@ func TestRetainAndAbort(t *testing.T) {
 		t.Error("Retain(0) accepted")
 	}
 }
+
+func TestAbandonNewer(t *testing.T) {
+	s, err := OpenStorage(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := barrier.CheckpointID(1); id <= 4; id++ {
+		writeCheckpoint(t, s, id)
+	}
+	moved, err := s.Abandon(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != 2 || moved[0] != CheckpointName(3) || moved[1] != CheckpointName(4) {
+		t.Fatalf("moved %v, want checkpoints 3 and 4", moved)
+	}
+	md, _, err := s.Latest()
+	if err != nil || md.ID != 2 {
+		t.Fatalf("latest after abandoning = %d, %v; want 2", md.ID, err)
+	}
+	ents, err := os.ReadDir(filepath.Join(s.dir, AbandonedDir))
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("abandoned folder holds %d entries (%v), want 2", len(ents), err)
+	}
+	if moved, err := s.Abandon(2); err != nil || len(moved) != 0 {
+		t.Fatalf("second abandon moved %v, %v", moved, err)
+	}
+}
