@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // ErrState marks writer state that cannot be restored safely.
@@ -50,15 +53,19 @@ func mergeBaselines(items [][]byte, table, tableID, sink string, buckets int) (m
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, fmt.Errorf("%w: table %s: decode baseline: %w", ErrState, table, err)
 		}
+		var bad error
 		switch {
 		case s.Version != stateVersion:
-			errs = append(errs, fmt.Errorf("baseline version %d, want %d", s.Version, stateVersion))
+			bad = fmt.Errorf("baseline version %d, want %d", s.Version, stateVersion)
 		case s.TableID != tableID:
-			errs = append(errs, fmt.Errorf("baselines are of table id %s, the table now has id %s (recreated under the same name?)", s.TableID, tableID))
+			bad = fmt.Errorf("baselines are of table %s id %s, the table now has id %s (recreated under the same name?)", s.Table, s.TableID, tableID)
 		case s.Sink != sink:
-			errs = append(errs, fmt.Errorf("baselines are of sink %s, not %s", s.Sink, sink))
+			bad = fmt.Errorf("baselines are of sink %s, not %s", s.Sink, sink)
 		case s.Buckets != buckets:
-			errs = append(errs, fmt.Errorf("baselines cover %d buckets, the table has %d", s.Buckets, buckets))
+			bad = fmt.Errorf("baselines cover %d buckets, the table has %d", s.Buckets, buckets)
+		}
+		if bad != nil {
+			errs = append(errs, fmt.Errorf("subtask %d (%s): %w", s.Subtask, formatBaselines(s.Baselines), bad))
 		}
 		for b, off := range s.Baselines {
 			if b < 0 || b >= buckets {
@@ -86,4 +93,14 @@ func mergeBaselines(items [][]byte, table, tableID, sink string, buckets int) (m
 		return nil, fmt.Errorf("%w: table %s, sink %s: %w", ErrState, table, sink, errors.Join(errs...))
 	}
 	return base, nil
+}
+
+// formatBaselines lists baselines by bucket: "bucket 0 at 12, bucket 2 at 40".
+func formatBaselines(base map[int]uint64) string {
+	buckets := slices.Sorted(maps.Keys(base))
+	parts := make([]string, len(buckets))
+	for i, b := range buckets {
+		parts[i] = fmt.Sprintf("bucket %d at %d", b, base[b])
+	}
+	return strings.Join(parts, ", ")
 }
