@@ -191,7 +191,10 @@ func (s *sink[T]) recover(base map[int]uint64) error {
 	if err != nil {
 		return err
 	}
-	for i, b := range s.owned {
+	// Check every owned bucket before undoing any, so that a restore that
+	// fails leaves the table as it found it; the ends are captured here.
+	ends := make(map[int]uint64, len(s.owned))
+	for _, b := range s.owned {
 		first, end, err := t.LogOffsets(b)
 		if err != nil {
 			return err
@@ -202,7 +205,10 @@ func (s *sink[T]) recover(base map[int]uint64) error {
 		case base[b] < first && base[b] < end:
 			return fmt.Errorf("table %s bucket %d: %w: baseline %d, log starts at %d", t.Dir(), b, aggmerge.ErrBelowLogStart, base[b], first)
 		}
-		if undo && base[b] < end {
+		ends[b] = end
+	}
+	for i, b := range s.owned {
+		if end := ends[b]; undo && base[b] < end {
 			p, err := planUndo(t, b, base[b], end, s.prefix, cols)
 			if err != nil {
 				return fmt.Errorf("undo table %s bucket %d from %d to %d: %w", t.Dir(), b, base[b], end, err)
