@@ -1,0 +1,140 @@
+package export
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+)
+
+// Config configures the exporter of one table.
+type Config struct {
+	// Table is the exported table; the caller opens and closes it.
+	Table *aggmerge.Table
+	// Name is the table's name: it is written in the table header and
+	// names the default topic and transactional id. Required.
+	Name string
+	// Topic is the changelog topic ("<Name>-changelog"). It is created with
+	// one partition per bucket when absent; an existing topic must have
+	// exactly that many partitions. Partition = bucket.
+	Topic string
+	// Kafka holds the connection: Brokers, ClientID, TLS, SASL and
+	// ClientOptions; its other fields are not read.
+	Kafka kafka.Config
+	// Mode is Committed (default) or Uncommitted.
+	Mode Mode
+	// Format is UpsertJSON (default) or DebeziumJSON.
+	Format Format
+	// TransactionalID is the producer's transactional id, fixed per table
+	// so that a zombie exporter is fenced ("ebbflow-export-<Name>").
+	TransactionalID string
+	// CheckpointInterval is the checkpoint interval of the jobs writing the
+	// table (1 min): the transaction timeout is derived from it (see
+	// transactionTimeout).
+	CheckpointInterval time.Duration
+	// MaxRecordsPerTxn bounds the records of one transaction (10,000).
+	MaxRecordsPerTxn int
+	// PollInterval is how often an idle exporter looks for new entries
+	// (10 ms).
+	PollInterval time.Duration
+	// Replication is the replication factor of a created topic (-1: the
+	// broker's default).
+	Replication int16
+	// TopicConfig is the configuration of a created topic; by default
+	// cleanup.policy=compact (both formats write a tombstone per delete).
+	TopicConfig map[string]*string
+	// Registerer receives the metrics (nil: a private registry).
+	Registerer prometheus.Registerer
+	// Logger receives the logs (nil: discarded).
+	Logger *slog.Logger
+	// Now gives Debezium's ts_ms (time.Now); tests fix it.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = c.Name + "-changelog"
+	}
+	if c.Mode == "" {
+		c.Mode = Committed
+	}
+	if c.Format == "" {
+		c.Format = UpsertJSON
+	}
+	if c.TransactionalID == "" {
+		c.TransactionalID = "ebbflow-export-" + c.Name
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = time.Minute
+	}
+	if c.MaxRecordsPerTxn <= 0 {
+		c.MaxRecordsPerTxn = 10_000
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 10 * time.Millisecond
+	}
+	if c.Replication == 0 {
+		c.Replication = -1
+	}
+	if c.TopicConfig == nil {
+		compact := "compact"
+		c.TopicConfig = map[string]*string{"cleanup.policy": &compact}
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Table == nil {
+		errs = append(errs, errors.New("no table"))
+	}
+	if c.Name == "" {
+		errs = append(errs, errors.New("no table name"))
+	}
+	if len(c.Kafka.Brokers) == 0 {
+		errs = append(errs, errors.New("no brokers"))
+	}
+	switch c.Mode {
+	case Committed, Uncommitted:
+	default:
+		errs = append(errs, fmt.Errorf("unknown mode %q (want committed or uncommitted)", c.Mode))
+	}
+	switch c.Format {
+	case UpsertJSON, DebeziumJSON:
+	default:
+		errs = append(errs, fmt.Errorf("unknown format %q (want upsert-json or debezium-json)", c.Format))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("changelog exporter: %w", err)
+	}
+	return nil
+}
+
+// Transaction timeout bounds: Kafka's default transaction.max.timeout.ms is
+// 15 minutes.
+const (
+	minTxnTimeout = 10 * time.Second
+	maxTxnTimeout = 15 * time.Minute
+)
+
+// transactionTimeout is two checkpoint intervals plus 10 s, within
+// [10 s, 15 min]. A transaction holds one export round, which is short, but
+// while it is open a read_committed consumer sees nothing past it: a dead
+// exporter must not hide the changelog much longer than the table's own
+// visibility delay (one checkpoint interval in committed mode).
+func transactionTimeout(checkpoint time.Duration) time.Duration {
+	return min(max(2*checkpoint+10*time.Second, minTxnTimeout), maxTxnTimeout)
+}

@@ -1,0 +1,176 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/operators/kafka"
+)
+
+// ReaderConfig configures Read and ReadTable.
+type ReaderConfig struct {
+	// Kafka holds the connection (Brokers, ClientID, TLS, SASL,
+	// ClientOptions); its other fields are not read.
+	Kafka kafka.Config
+	// Topic is the changelog topic.
+	Topic string
+	// Format is the topic's format (UpsertJSON).
+	Format Format
+	// Follow keeps reading after the end (until ctx is done) instead of
+	// returning there.
+	Follow bool
+}
+
+// Change is one change read from a changelog topic.
+type Change struct {
+	Kind kafka.RowKind // +I, -U, +U or -D
+	Key  kafka.Row     // the primary key
+	// Row is the row after the change for +I and +U, before it for -U and
+	// -D. It shares memory with other rows: Clone it to keep it for long.
+	Row        kafka.Row
+	RawKey     []byte // the record key as written: the primary key's JSON
+	Bucket     int    // the partition
+	LogOffset  uint64 // the ebbflow.log_offset header
+	Checkpoint uint64 // the ebbflow.checkpoint header
+	Undo       bool   // the ebbflow.undo header
+}
+
+// Read reads a changelog topic with read_committed isolation, from the
+// start of every partition up to its end as of the call (or on, with
+// Follow), and calls fn with each change in order per partition; an error
+// from fn stops the read and is returned. Upsert records go through a
+// kafka.Normalizer, so an update gives -U then +U and a delete gives -D
+// with the old row, whatever the format. This is the documented way to
+// consume the changelog from Go.
+func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
+	if cfg.Format == "" {
+		cfg.Format = UpsertJSON
+	}
+	var format kafka.Format[kafka.Change]
+	switch cfg.Format {
+	case UpsertJSON:
+		format = kafka.UpsertJSON()
+	case DebeziumJSON:
+		format = kafka.DebeziumJSON()
+	default:
+		return fmt.Errorf("read changelog %q: unknown format %q", cfg.Topic, cfg.Format)
+	}
+	conn, err := cfg.Kafka.ConnectionOptions()
+	if err != nil {
+		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
+	}
+	ends, err := stableEnds(ctx, conn, cfg.Topic)
+	if err != nil {
+		return err
+	}
+	from := map[int32]kgo.Offset{}
+	open := 0
+	for p, end := range ends {
+		from[p] = kgo.NewOffset().AtStart()
+		if end > 0 {
+			open++
+		}
+	}
+	cl, err := kgo.NewClient(append(conn,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // to see that a partition's end is reached
+	)...)
+	if err != nil {
+		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
+	}
+	defer cl.Close()
+	dec := format()
+	var norm kafka.Normalizer
+	for cfg.Follow || open > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			if cfg.Follow {
+				return nil
+			}
+			return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
+		}
+		for _, fe := range fs.Errors() {
+			return fmt.Errorf("read changelog %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		var ferr error
+		fs.EachRecord(func(r *kgo.Record) {
+			if ferr != nil {
+				return
+			}
+			if end := ends[r.Partition]; end > 0 && r.Offset >= end-1 {
+				ends[r.Partition] = 0
+				open--
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			ferr = emit(r, dec, &norm, fn)
+		})
+		if ferr != nil {
+			return ferr
+		}
+	}
+	return nil
+}
+
+// emit decodes one record and calls fn with its rows.
+func emit(r *kgo.Record, dec kafka.Decoder[kafka.Change], norm *kafka.Normalizer, fn func(Change) error) error {
+	c, err := dec(r)
+	if err != nil {
+		return fmt.Errorf("read changelog %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	c, ok := norm.Normalize(c)
+	if !ok {
+		return nil
+	}
+	out := Change{Key: c.Key, RawKey: c.RawKey, Bucket: int(r.Partition)}
+	out.LogOffset, _ = uintHeader(r, HeaderOffset)
+	out.Checkpoint, _ = uintHeader(r, HeaderCheckpoint)
+	out.Undo, _ = strconv.ParseBool(string(header(r, HeaderUndo)))
+	return c.Rows(func(k kafka.RowKind, row kafka.Row) error {
+		out.Kind, out.Row = k, row
+		return fn(out)
+	})
+}
+
+// stableEnds returns the last stable offset of every partition.
+func stableEnds(ctx context.Context, conn []kgo.Opt, topic string) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return nil, fmt.Errorf("read changelog %q: %w", topic, err)
+	}
+	defer cl.Close()
+	lso, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = lso.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read changelog %q: list end offsets: %w", topic, err)
+	}
+	ends := map[int32]int64{}
+	lso.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return ends, nil
+}
+
+// ReadTable reads a changelog topic up to its end (see Read) and returns
+// the table it describes: the record key (the primary key's JSON as
+// written) → the row.
+func ReadTable(ctx context.Context, cfg ReaderConfig) (map[string]kafka.Row, error) {
+	cfg.Follow = false
+	rows := map[string]kafka.Row{}
+	err := Read(ctx, cfg, func(c Change) error {
+		switch c.Kind {
+		case kafka.RowInsert, kafka.RowUpdateAfter:
+			rows[string(c.RawKey)] = c.Row.Clone()
+		case kafka.RowDelete:
+			delete(rows, string(c.RawKey))
+		}
+		return nil
+	})
+	return rows, err
+}

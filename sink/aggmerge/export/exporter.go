@@ -1,0 +1,242 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+)
+
+// Exporter publishes one table's changelog to a Kafka topic, exactly once.
+// Run does the work; RetainFrom tells log retention what it still needs.
+type Exporter struct {
+	cfg     Config
+	buckets int
+	enc     encoder
+	log     *slog.Logger
+	m       *metrics
+
+	mu struct {
+		sync.Mutex
+		retain []uint64 // per bucket: the lowest log offset still needed
+	}
+}
+
+// New checks cfg and makes an exporter; nothing connects before Run.
+func New(cfg Config) (*Exporter, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.Kafka.ConnectionOptions(); err != nil {
+		return nil, fmt.Errorf("changelog exporter: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("changelog exporter: register metrics: %w", err)
+	}
+	x := &Exporter{cfg: cfg, buckets: cfg.Table.Schema().Buckets, m: m,
+		log: cfg.Logger.With("table", cfg.Name, "topic", cfg.Topic)}
+	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(),
+		format: cfg.Format, topic: cfg.Topic, now: cfg.Now}
+	x.mu.retain = make([]uint64, x.buckets)
+	return x, nil
+}
+
+// RetainFrom returns, per bucket, the lowest log offset the exporter may
+// still read: log retention must not truncate at or above it. Before Run
+// has resumed from the topic it is 0 (keep everything).
+func (x *Exporter) RetainFrom() []uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]uint64(nil), x.mu.retain...)
+}
+
+// Run exports until ctx is done (then it returns nil) or a fatal error
+// (ErrPartitions, ErrGap, ErrMismatch, ErrFenced, or the table closed). A
+// failed transaction re-initialises the producer and resumes from what the
+// topic holds, with a backoff. Run starts no goroutine that outlives it.
+func (x *Exporter) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := x.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrPartitions) || errors.Is(err, ErrGap) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrFenced) || errors.Is(err, aggmerge.ErrClosed) {
+			return err
+		}
+		x.log.Warn("changelog export failed; re-initialising the producer", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// session runs one producer: init (fencing zombies), resume, export rounds.
+func (x *Exporter) session(ctx context.Context) error {
+	conn, err := x.cfg.Kafka.ConnectionOptions()
+	if err != nil {
+		return err
+	}
+	x.m.reinits.Inc()
+	cl, err := kgo.NewClient(append(conn[:len(conn):len(conn)],
+		kgo.TransactionalID(x.cfg.TransactionalID),
+		kgo.TransactionTimeout(transactionTimeout(x.cfg.CheckpointInterval)),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequireStableFetchOffsets(),
+	)...)
+	if err != nil {
+		return fmt.Errorf("make producer: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := x.ensureTopic(ctx, adm); err != nil {
+		return err
+	}
+	// Loading the producer id fences an older exporter with this
+	// transactional id and aborts its open transaction, so what the topic
+	// holds from here on is final.
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("init producer %q: %w", x.cfg.TransactionalID, classify(err))
+	}
+	last, err := x.readLast(ctx, adm, conn)
+	if err != nil {
+		return err
+	}
+	cs, err := x.cursors(last)
+	if err != nil {
+		return err
+	}
+	x.publish(cs)
+	x.log.Info("changelog export resumed", "mode", x.cfg.Mode, "format", x.cfg.Format, "transactional_id", x.cfg.TransactionalID)
+	tick := time.NewTicker(x.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		n, err := x.round(ctx, cl, cs)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// round selects up to MaxRecordsPerTxn changes over all buckets and
+// produces them in one transaction; it returns the records committed.
+func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int, error) {
+	var changes []change
+	var recs []*kgo.Record
+	ends := x.cfg.Table.LogEnds()
+	budget := x.cfg.MaxRecordsPerTxn
+	for _, c := range cs {
+		if c.done >= ends[c.bucket] || len(recs) >= budget {
+			continue
+		}
+		var err error
+		changes = changes[:0]
+		if x.cfg.Mode == Uncommitted {
+			changes, err = selectUncommitted(x.cfg.Table, c, ends[c.bucket], budget-len(recs), changes)
+		} else {
+			changes, err = selectCommitted(x.cfg.Table, c, ends[c.bucket], budget-len(recs), changes)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read table %q bucket %d: %w", x.cfg.Name, c.bucket, err)
+		}
+		for i := range changes {
+			recs = x.enc.records(recs, c.bucket, &changes[i])
+		}
+	}
+	if len(recs) > 0 {
+		if err := x.transact(ctx, cl, recs); err != nil {
+			return 0, err
+		}
+	}
+	x.publish(cs)
+	for _, c := range cs {
+		x.m.lag.WithLabelValues(strconv.Itoa(c.bucket)).Set(float64(ends[c.bucket] - min(c.done, ends[c.bucket])))
+	}
+	return len(recs), nil
+}
+
+// transact produces recs in one transaction and commits it. On any error
+// it tries to abort, and the caller re-initialises the producer: a
+// transaction whose outcome is unknown is never retried blindly, the next
+// session reads what the topic holds instead.
+func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	var mu sync.Mutex
+	var perr error
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				perr = firstErr(perr, err)
+				mu.Unlock()
+			}
+		})
+	}
+	err := cl.Flush(ctx)
+	mu.Lock()
+	err = firstErr(err, perr)
+	mu.Unlock()
+	if err == nil {
+		err = cl.EndTransaction(ctx, kgo.TryCommit)
+	}
+	if err != nil {
+		x.m.aborts.Inc()
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if aerr := cl.AbortBufferedRecords(actx); aerr == nil {
+			_ = cl.EndTransaction(actx, kgo.TryAbort)
+		}
+		return fmt.Errorf("export transaction of %d records: %w", len(recs), classify(err))
+	}
+	x.m.transactions.Inc()
+	x.m.records.Add(float64(len(recs)))
+	return nil
+}
+
+// publish makes the cursors' restart points visible to RetainFrom.
+func (x *Exporter) publish(cs []*cursor) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, c := range cs {
+		x.mu.retain[c.bucket] = c.resume
+	}
+}
+
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// classify marks the errors that mean another exporter took over.
+func classify(err error) error {
+	if errors.Is(err, kerr.ProducerFenced) {
+		return fmt.Errorf("%w: %w", ErrFenced, err)
+	}
+	return err
+}

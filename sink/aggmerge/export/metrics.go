@@ -1,0 +1,38 @@
+package export
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of one exporter; every series has the constant label table.
+type metrics struct {
+	records      prometheus.Counter
+	transactions prometheus.Counter
+	aborts       prometheus.Counter
+	reinits      prometheus.Counter
+	lag          *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
+	labels := prometheus.Labels{"table": table}
+	m := &metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_export_records_total", ConstLabels: labels,
+			Help: "Changelog records produced in committed transactions."}),
+		transactions: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_export_transactions_total", ConstLabels: labels,
+			Help: "Transactions committed by the changelog exporter."}),
+		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_export_aborts_total", ConstLabels: labels,
+			Help: "Transactions that failed and were aborted (the producer is then re-initialised)."}),
+		reinits: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_export_producer_inits_total", ConstLabels: labels,
+			Help: "Producer (re-)initialisations: one at start, one after every failed transaction."}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ebbflow_export_lag_entries", ConstLabels: labels,
+			Help: "Log entries of a bucket not yet exported or passed over (log end minus export position)."},
+			[]string{"bucket"}),
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.records, m.transactions, m.aborts, m.reinits, m.lag} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}

@@ -1,0 +1,194 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Errors that stop the exporter: retrying cannot help.
+var (
+	ErrPartitions = errors.New("export: changelog topic partition count differs from the table's bucket count")
+	ErrGap        = errors.New("export: the table's log no longer holds entries the changelog has not received")
+	ErrMismatch   = errors.New("export: the changelog topic belongs to another table")
+	ErrFenced     = errors.New("export: fenced by another exporter with the same transactional id")
+)
+
+// ensureTopic creates the topic with one partition per bucket, or checks
+// the partition count of an existing one.
+func (x *Exporter) ensureTopic(ctx context.Context, adm *kadm.Client) error {
+	topic, buckets := x.cfg.Topic, x.buckets
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("describe topic %q: %w", topic, err)
+	}
+	if d, ok := details[topic]; ok && d.Err == nil {
+		if len(d.Partitions) != buckets {
+			return fmt.Errorf("%w: topic %q has %d partitions, table %q has %d buckets", ErrPartitions, topic, len(d.Partitions), x.cfg.Name, buckets)
+		}
+		return nil
+	}
+	resp, err := adm.CreateTopic(ctx, int32(buckets), x.cfg.Replication, x.cfg.TopicConfig, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if errors.Is(err, kerr.TopicAlreadyExists) {
+		return x.ensureTopic(ctx, adm) // created concurrently: check it
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %q with %d partitions: %w", topic, buckets, err)
+	}
+	x.log.Info("changelog topic created", "topic", topic, "partitions", buckets)
+	return nil
+}
+
+// lastExported is what the last committed record of a partition says.
+type lastExported struct {
+	found          bool
+	offset, resume uint64 // log offset and restart point of the record
+	tableID        string
+}
+
+// readLast finds the last committed record of every partition, reading
+// backwards in doubling windows: aborted records and transaction markers
+// at the end of a partition are not records of the changelog.
+func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Opt) ([]lastExported, error) {
+	topic := x.cfg.Topic
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // the last stable offsets
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list stable offsets of %q: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list start offsets of %q: %w", topic, err)
+	}
+	out := make([]lastExported, x.buckets)
+	type window struct{ from, until, start int64 }
+	todo := map[int32]window{}
+	for p := range int32(x.buckets) {
+		s, _ := starts.Lookup(topic, p)
+		e, _ := ends.Lookup(topic, p)
+		if e.Offset > s.Offset {
+			todo[p] = window{from: max(s.Offset, e.Offset-64), until: e.Offset, start: s.Offset}
+		}
+	}
+	for len(todo) > 0 {
+		from := map[int32]kgo.Offset{}
+		for p, w := range todo {
+			from[p] = kgo.NewOffset().At(w.from)
+		}
+		last, err := readWindows(ctx, topic, opts, from, func(p int32) int64 { return todo[p].until })
+		if err != nil {
+			return nil, err
+		}
+		for p, w := range todo {
+			r := last[p]
+			if r == nil {
+				if w.from == w.start {
+					delete(todo, p) // nothing committed in the partition
+					continue
+				}
+				todo[p] = window{from: max(w.start, w.from-2*(w.until-w.from)), until: w.from, start: w.start}
+				continue
+			}
+			off, ok1 := uintHeader(r, HeaderOffset)
+			res, ok2 := uintHeader(r, HeaderResume)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("%w: record %d of %s/%d has no %s and %s headers", ErrMismatch, r.Offset, topic, p, HeaderOffset, HeaderResume)
+			}
+			out[p] = lastExported{found: true, offset: off, resume: res, tableID: string(header(r, HeaderTableID))}
+			delete(todo, p)
+		}
+	}
+	return out, nil
+}
+
+// readWindows reads, read_committed, each partition from its offset until
+// a record at or past until(p)-1 (a data record or a transaction marker),
+// and returns the last data record below until(p), if any.
+func readWindows(ctx context.Context, topic string, opts []kgo.Opt, from map[int32]kgo.Offset, until func(int32) int64) (map[int32]*kgo.Record, error) {
+	cl, err := kgo.NewClient(append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("read the end of %q: %w", topic, err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	last := map[int32]*kgo.Record{}
+	open := len(from)
+	reached := map[int32]bool{}
+	for open > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read the end of %q: %w", topic, err)
+		}
+		for _, fe := range fs.Errors() {
+			return nil, fmt.Errorf("read the end of %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			u := until(r.Partition)
+			if reached[r.Partition] {
+				return
+			}
+			if r.Offset < u && !r.Attrs.IsControl() {
+				last[r.Partition] = r
+			}
+			if r.Offset >= u-1 {
+				reached[r.Partition] = true
+				open--
+			}
+		})
+	}
+	return last, nil
+}
+
+// cursors turns the last exported records into export positions, checked
+// against the table's logs.
+func (x *Exporter) cursors(last []lastExported) ([]*cursor, error) {
+	cs := make([]*cursor, x.buckets)
+	id := x.cfg.Table.ID().String()
+	for b := range cs {
+		start, end, err := x.cfg.Table.LogOffsets(b)
+		if err != nil {
+			return nil, err
+		}
+		l := last[b]
+		c := &cursor{bucket: b}
+		switch {
+		case !l.found:
+			c.done, c.resume = start, start
+			if start > 0 {
+				x.log.Warn("changelog partition empty but the table's log starts later: exporting from the log start",
+					"table", x.cfg.Name, "bucket", b, "log_start", start)
+			}
+		case l.tableID != id:
+			return nil, fmt.Errorf("%w: partition %d of %q holds table id %s, table %q has id %s (recreated?)",
+				ErrMismatch, b, x.cfg.Topic, l.tableID, x.cfg.Name, id)
+		case l.offset >= end:
+			return nil, fmt.Errorf("%w: partition %d of %q has log offset %d, table %q bucket %d ends at %d (recreated?)",
+				ErrMismatch, b, x.cfg.Topic, l.offset, x.cfg.Name, b, end)
+		case l.resume < start:
+			return nil, fmt.Errorf("%w: table %q bucket %d: the exporter resumes at %d, the log starts at %d",
+				ErrGap, x.cfg.Name, b, l.resume, start)
+		default:
+			c.done, c.resume = l.offset+1, l.resume
+		}
+		cs[b] = c
+	}
+	return cs, nil
+}

@@ -1,0 +1,356 @@
+package export
+
+import (
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// Mode says which log entries are exported.
+type Mode string
+
+// The modes.
+const (
+	// Committed exports only entries covered by a commit marker of their
+	// writer, never a rolled-back entry (see the package doc).
+	Committed Mode = "committed"
+	// Uncommitted exports every entry as it is written, undo entries
+	// included.
+	Uncommitted Mode = "uncommitted"
+)
+
+// cursor is the export position of one bucket.
+type cursor struct {
+	bucket int
+	// done: every entry below it was exported or passed over for good.
+	done uint64
+	// resume: a scan that rebuilds the selection state starts here (≤ done).
+	resume uint64
+	// Committed mode: the markers at offsets in [resume, scanned), in order.
+	markers []marker
+	scanned uint64
+	// blocked is the writer group of the first undecided entry ("" if
+	// none) and blockedBy its writer id.
+	blocked, blockedBy string
+}
+
+type marker struct {
+	off   uint64
+	group string
+	m     aggmerge.Marker
+}
+
+// group is the writer group of a writer id: the exactly-once writer's
+// subtasks write as "<job>/<sink>#<subtask>" and any subtask of the sink
+// may commit or roll back a bucket (ownership moves on rescale), so entries
+// and markers are matched by "<job>/<sink>". An id without '#' is its own
+// group.
+func group(writer string) string {
+	if i := strings.LastIndexByte(writer, '#'); i >= 0 {
+		return writer[:i]
+	}
+	return writer
+}
+
+// decision is the fate of one entry in committed mode.
+type decision uint8
+
+const (
+	undecided decision = iota
+	exported           // covered by a commit marker, or its writer is not registered
+	discarded          // inside a rolled-back range of its writer group
+	undoOf             // an undo entry of a rollback
+)
+
+// decide finds the first marker of e's group after it that settles it.
+// markers are those after e's offset onward (sorted by offset).
+func decide(markers []marker, e *aggmerge.Entry, g string, registered map[string]bool) (decision, marker) {
+	i, _ := slices.BinarySearchFunc(markers, e.Offset+1, func(m marker, off uint64) int {
+		switch {
+		case m.off < off:
+			return -1
+		case m.off > off:
+			return 1
+		}
+		return 0
+	})
+	for _, m := range markers[i:] {
+		if m.group != g {
+			continue
+		}
+		switch m.m.Kind {
+		case aggmerge.MarkerCommit:
+			if m.m.To > e.Offset {
+				return exported, m
+			}
+		case aggmerge.MarkerRollback:
+			if m.m.From <= e.Offset && e.Offset < m.m.To {
+				return discarded, m
+			}
+			if e.Undo {
+				return undoOf, m
+			}
+		}
+	}
+	if !registered[e.Writer.ID] {
+		return exported, marker{}
+	}
+	return undecided, marker{}
+}
+
+// masks hide, in the images of other entries, the values of rolled-back
+// writes until the rollback marker: key (encoded) → mask.
+type masks map[string]*mask
+
+type mask struct {
+	from    uint64 // offset of the first rolled-back entry that made it
+	until   uint64 // offset of the last rollback marker it waits for
+	existed bool   // the row existed before the first rolled-back entry
+	cols    map[int]maskedCol
+}
+
+type maskedCol struct {
+	v     agg.Value // the value before the first rolled-back change
+	group string
+}
+
+// add records the columns a discarded entry of group g changed.
+func (ms masks) add(k string, e *aggmerge.Entry, g string, rollback uint64) {
+	m := ms[k]
+	if m == nil {
+		m = &mask{from: e.Offset, existed: e.Before != nil, cols: map[int]maskedCol{}}
+		ms[k] = m
+	}
+	m.until = max(m.until, rollback)
+	n := max(len(e.Before), len(e.After))
+	for c := range n {
+		b, a := at(e.Before, c), at(e.After, c)
+		if _, ok := m.cols[c]; !ok && !sameVisible(b, a) {
+			m.cols[c] = maskedCol{v: b, group: g}
+		}
+	}
+}
+
+// expire drops the masks that waited for the marker at off.
+func (ms masks) expire(off uint64) {
+	for k, m := range ms {
+		if m.until <= off {
+			delete(ms, k)
+		}
+	}
+}
+
+// from is the lowest offset a rescan must start at to rebuild ms.
+func (ms masks) from(done uint64) uint64 {
+	for _, m := range ms {
+		done = min(done, m.from)
+	}
+	return done
+}
+
+// project returns img (nil: no row) as the committed view shows it: masked
+// columns at their value before the rolled-back writes, except those of
+// group keep (an undo entry's own after-image is the truth).
+func (m *mask) project(img []agg.Value, n int, keep string) []agg.Value {
+	if m == nil {
+		return img
+	}
+	out := make([]agg.Value, n)
+	copy(out, img)
+	for c, mc := range m.cols {
+		if mc.group != keep {
+			out[c] = mc.v
+		}
+	}
+	if anyPresent(out) || (img != nil && m.existed) {
+		return out
+	}
+	return nil
+}
+
+func at(img []agg.Value, c int) agg.Value {
+	if c < len(img) {
+		return img[c]
+	}
+	return agg.Value{}
+}
+
+// sameVisible compares values as the JSON formats show them: absent and
+// null alike.
+func sameVisible(a, b agg.Value) bool {
+	if a.IsNull() || b.IsNull() {
+		return a.IsNull() && b.IsNull()
+	}
+	return a.Equal(b)
+}
+
+func sameRow(a, b []agg.Value) bool {
+	if (a == nil) != (b == nil) || len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameVisible(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func anyPresent(vals []agg.Value) bool {
+	return slices.ContainsFunc(vals, func(v agg.Value) bool { return !v.IsNull() })
+}
+
+// opOf is the change op of a pair of images.
+func opOf(before, after []agg.Value) aggmerge.ChangeOp {
+	switch {
+	case before == nil:
+		return aggmerge.Insert
+	case after == nil:
+		return aggmerge.Delete
+	}
+	return aggmerge.UpdateAfter
+}
+
+var errStop = errors.New("export: stop reading")
+
+// selectUncommitted appends the changes of cursor c's bucket from c.done up
+// to end, at most budget, and advances c.
+func selectUncommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out []change) ([]change, error) {
+	err := t.ReadLog(c.bucket, c.done, func(e *aggmerge.Entry) error {
+		if e.Offset >= end || len(out) >= budget {
+			return errStop
+		}
+		c.done = e.Offset + 1
+		if e.Op == aggmerge.MarkerEntry || e.Op == aggmerge.UpdateBefore {
+			return nil
+		}
+		out = append(out, change{op: e.Op, offset: e.Offset, key: e.Key, before: e.Before, after: e.After, undo: e.Undo, resume: c.done})
+		return nil
+	})
+	c.resume = c.done
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return out, err
+}
+
+// selectCommitted appends the committed changes of cursor c's bucket from
+// c.done up to end, at most budget, and advances c. It stops at the first
+// entry whose fate is not known yet.
+func selectCommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out []change) ([]change, error) {
+	if c.scanned < c.resume {
+		c.scanned = c.resume
+	}
+	fresh := false // a marker of the blocking group arrived
+	if c.scanned < end {
+		err := t.ReadLog(c.bucket, c.scanned, func(e *aggmerge.Entry) error {
+			if e.Offset >= end {
+				return errStop
+			}
+			if e.Op == aggmerge.MarkerEntry {
+				g := group(e.Writer.ID)
+				c.markers = append(c.markers, marker{off: e.Offset, group: g, m: e.Marker})
+				fresh = fresh || g == c.blocked
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			return out, err
+		}
+		c.scanned = end
+	}
+	// Registrations are read after the log: an entry in it was written
+	// after its writer registered, so a writer missing here is one that
+	// never registered or was unregistered for good.
+	registered := map[string]bool{}
+	for _, r := range t.Writers() {
+		registered[r.Writer] = true
+	}
+	if c.blocked != "" && !fresh && registered[c.blockedBy] {
+		return out, nil // nothing can have changed the blocking entry's fate
+	}
+	return c.walk(t, end, budget, registered, out)
+}
+
+// walk re-reads the log from c.resume, rebuilding the masks, and decides
+// entries in order until one is undecided, end, or budget changes.
+func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[string]bool, out []change) ([]change, error) {
+	n := len(t.Schema().Values)
+	ms := masks{}
+	c.blocked = ""
+	var key []byte
+	err := t.ReadLog(c.bucket, c.resume, func(e *aggmerge.Entry) error {
+		if e.Offset >= end {
+			return errStop
+		}
+		fresh := e.Offset >= c.done
+		if e.Op == aggmerge.MarkerEntry {
+			ms.expire(e.Offset)
+			if fresh {
+				c.done = e.Offset + 1
+			}
+			return nil
+		}
+		g := group(e.Writer.ID)
+		d, m := decide(c.markers, e, g, registered)
+		if d == undecided {
+			c.blocked, c.blockedBy = g, e.Writer.ID
+			return errStop
+		}
+		if fresh && len(out) >= budget {
+			return errStop
+		}
+		if e.Op == aggmerge.UpdateBefore { // the +U carries both images
+			if fresh {
+				c.done = e.Offset + 1
+			}
+			return nil
+		}
+		var mk *mask
+		if len(ms) > 0 || d == discarded {
+			var err error
+			if key, err = t.AppendKey(key[:0], e.Key); err != nil {
+				return err
+			}
+			mk = ms[string(key)]
+		}
+		switch {
+		case d == discarded:
+			ms.add(string(key), e, g, m.off)
+		case fresh:
+			keep := ""
+			if d == undoOf {
+				keep = g
+			}
+			before, after := mk.project(e.Before, n, ""), mk.project(e.After, n, keep)
+			if !sameRow(before, after) {
+				out = append(out, change{op: opOf(before, after), offset: e.Offset, key: e.Key, before: before, after: after,
+					checkpoint: m.m.Checkpoint, undo: e.Undo, resume: ms.from(e.Offset + 1)})
+			}
+		}
+		if d == undoOf && mk != nil {
+			for col, mc := range mk.cols {
+				if mc.group == g {
+					delete(mk.cols, col)
+				}
+			}
+		}
+		if fresh {
+			c.done = e.Offset + 1
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return out, err
+	}
+	c.resume = ms.from(c.done)
+	i := 0
+	for i < len(c.markers) && c.markers[i].off < c.resume {
+		i++
+	}
+	c.markers = slices.Delete(c.markers, 0, i)
+	return out, nil
+}

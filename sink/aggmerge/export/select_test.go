@@ -1,0 +1,294 @@
+package export
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// twoColumns is a table that two jobs write: job A column a, job B column b.
+func twoColumns(t testing.TB) *aggmerge.Table {
+	t.Helper()
+	tbl, err := aggmerge.Open(t.TempDir(), aggmerge.Schema{
+		Key:     []aggmerge.Column{{Name: "k", Type: agg.Int64}},
+		Values:  []aggmerge.Column{{Name: "a", Type: agg.Int64, Func: "sum"}, {Name: "b", Type: agg.Int64, Func: "sum"}},
+		Buckets: 1,
+	}, aggmerge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl
+}
+
+// scriptWriter writes like the exactly-once writer: as "<job>/sink#0" on
+// one column, with commit markers, undo entries and rollback markers.
+type scriptWriter struct {
+	t      testing.TB
+	tbl    *aggmerge.Table
+	w      aggmerge.Writer
+	col    string
+	commit uint64 // where the last commit marker ended
+}
+
+func newScriptWriter(t testing.TB, tbl *aggmerge.Table, job, col string) *scriptWriter {
+	id := job + "/sink#0"
+	epoch, err := tbl.Register(job, id, []string{col})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &scriptWriter{t: t, tbl: tbl, w: aggmerge.Writer{ID: id, Epoch: epoch}, col: col}
+}
+
+func (s *scriptWriter) batch(undo bool) *aggmerge.Batch {
+	b, err := s.tbl.NewBatch(s.w, []string{s.col})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	b.SetUndo(undo)
+	return b
+}
+
+func (s *scriptWriter) apply(b *aggmerge.Batch) {
+	if _, err := s.tbl.Apply(b); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// add aggregates v into key k.
+func (s *scriptWriter) add(k, v int64) {
+	b := s.batch(false)
+	if err := b.Upsert(aggmerge.Aggregate, []agg.Value{agg.IntValue(k)}, []agg.Value{agg.IntValue(v)}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.apply(b)
+}
+
+func (s *scriptWriter) end() uint64 { return s.tbl.LogEnds()[0] }
+
+// checkpoint appends the commit marker of checkpoint id up to the log end.
+func (s *scriptWriter) checkpoint(id uint64) uint64 {
+	to := s.end()
+	b := s.batch(false)
+	if err := b.Mark(0, aggmerge.Marker{Kind: aggmerge.MarkerCommit, Checkpoint: id, From: s.commit, To: to}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.apply(b)
+	s.commit = to
+	return to
+}
+
+// restore re-registers (a new epoch) and undoes everything past base,
+// restoring the given values (nil: clear), then marks the rollback and the
+// restored checkpoint, as writer.recover does.
+func (s *scriptWriter) restore(id, base uint64, restore map[int64]*int64) {
+	epoch, err := s.tbl.Register(strings.SplitN(s.w.ID, "/", 2)[0], s.w.ID, []string{s.col})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.w.Epoch = epoch
+	end := s.end()
+	b := s.batch(true)
+	keys := make([]int64, 0, len(restore))
+	for k := range restore {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := agg.Value{}
+		if restore[k] != nil {
+			v = agg.IntValue(*restore[k])
+		}
+		if err := b.Upsert(aggmerge.Overwrite, []agg.Value{agg.IntValue(k)}, []agg.Value{v}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	if err := b.Mark(0, aggmerge.Marker{Kind: aggmerge.MarkerRollback, Checkpoint: id, From: base, To: end}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.apply(b)
+	m := s.batch(false)
+	if err := m.Mark(0, aggmerge.Marker{Kind: aggmerge.MarkerCommit, Checkpoint: id, From: base, To: base}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.apply(m)
+	s.commit = base
+}
+
+func ptr(v int64) *int64 { return &v }
+
+// selectAll runs committed selection on bucket 0 to the log end, budget
+// records per call, restarting the cursor from the last change's headers
+// after every call when restart is set (as after an exporter crash).
+func selectAll(t testing.TB, tbl *aggmerge.Table, c *cursor, budget int, restart bool) []string {
+	t.Helper()
+	var out []string
+	for range 10_000 {
+		end := tbl.LogEnds()[0]
+		before := c.done
+		chs, err := selectCommitted(tbl, c, end, budget, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range chs {
+			out = append(out, show(ch))
+		}
+		if restart && len(chs) > 0 {
+			last := chs[len(chs)-1]
+			*c = cursor{done: last.offset + 1, resume: last.resume}
+		}
+		if len(chs) == 0 && c.done == before {
+			return out
+		}
+	}
+	t.Fatal("selection does not settle")
+	return nil
+}
+
+func show(c change) string {
+	img := func(v []agg.Value) string {
+		if v == nil {
+			return "-"
+		}
+		parts := make([]string, len(v))
+		for i, x := range v {
+			parts[i] = "null"
+			if !x.IsNull() {
+				parts[i] = x.String()
+			}
+		}
+		return strings.Join(parts, ",")
+	}
+	s := fmt.Sprintf("%d %s k=%s %s>%s", c.offset, c.op, c.key[0], img(c.before), img(c.after))
+	if c.undo {
+		s += " undo"
+	}
+	return s
+}
+
+func check(t *testing.T, tbl *aggmerge.Table, want ...string) {
+	t.Helper()
+	got := selectAll(t, tbl, &cursor{}, 1000, false)
+	if !slices.Equal(got, want) {
+		t.Fatalf("selected:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	// The same from any restart point, one record per transaction.
+	if again := selectAll(t, tbl, &cursor{}, 1, true); !slices.Equal(again, got) {
+		t.Fatalf("restarting after every record selected:\n  %s\nwant:\n  %s", strings.Join(again, "\n  "), strings.Join(got, "\n  "))
+	}
+}
+
+func TestCommittedExportsOnlyCovered(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	a.add(1, 10)    // 0 +I
+	a.add(1, 5)     // 1 -U, 2 +U
+	a.checkpoint(1) // 3 marker: covers [0, 3)
+	a.add(2, 7)     // 4 +I, not covered
+	check(t, tbl, "0 +I k=1 ->10,null", "2 +U k=1 10,null>15,null")
+}
+
+func TestCommittedSkipsRolledBackWrites(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	a.add(1, 10)            // 0
+	base := a.checkpoint(1) // 1 covers [0, 1)
+	a.add(1, 5)             // 2, 3: undone
+	a.add(2, 7)             // 4: undone
+	a.restore(1, base, map[int64]*int64{1: ptr(10), 2: nil})
+	a.add(2, 1) // new epoch
+	a.checkpoint(2)
+	check(t, tbl, "0 +I k=1 ->10,null", "10 +I k=2 ->1,null")
+}
+
+// TestCommittedMasksUndoneValuesOfOtherWriters: job B's uncommitted b=5 is
+// in the images of job A's committed write; B's rollback must keep the
+// consumer from ever seeing b=5.
+func TestCommittedMasksUndoneValuesOfOtherWriters(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	b := newScriptWriter(t, tbl, "B", "b")
+	b.add(1, 5) // 0 +I {b=5}: will be undone
+	a.add(1, 1) // 1, 2: {a=1, b=5}
+	a.add(3, 3) // 3 +I
+	a.checkpoint(1)
+	// Held back: B's entry 0 is undecided and comes first.
+	if got := selectAll(t, tbl, &cursor{}, 1000, false); len(got) != 0 {
+		t.Fatalf("exported past an undecided entry: %v", got)
+	}
+	b.restore(0, 0, map[int64]*int64{1: nil}) // 5 undo {a=1}, 6 rollback [0, 5)
+	check(t, tbl, "2 +I k=1 ->1,null", "3 +I k=3 ->3,null")
+}
+
+// TestCommittedHoldsBackUntilDecided: B's committed entry is exported only
+// after it, with A's values in its images as committed.
+func TestCommittedHoldsBackUntilDecided(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	b := newScriptWriter(t, tbl, "B", "b")
+	a.add(1, 1)     // 0
+	b.add(1, 2)     // 1, 2
+	b.checkpoint(7) // 3
+	check(t, tbl)
+	a.checkpoint(4) // 4
+	check(t, tbl, "0 +I k=1 ->1,null", "2 +U k=1 1,null>1,2")
+}
+
+// TestCommittedRestoreOlderCheckpoint: restoring checkpoint 1 on purpose
+// after checkpoint 2 was committed undoes values a consumer already saw:
+// the undo is exported as an ordinary update, flagged undo.
+func TestCommittedRestoreOlderCheckpoint(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	a.add(1, 10)             // 0
+	base1 := a.checkpoint(1) // 1
+	a.add(1, 5)              // 2, 3
+	a.checkpoint(2)          // 4
+	a.add(1, 100)            // 5, 6: never committed
+	a.restore(1, base1, map[int64]*int64{1: ptr(10)})
+	check(t, tbl, "0 +I k=1 ->10,null", "3 +U k=1 10,null>15,null", "8 +U k=1 15,null>10,null undo")
+}
+
+func TestCommittedUnregisteredWriterIsFinal(t *testing.T) {
+	tbl := twoColumns(t)
+	b, err := tbl.NewBatch(aggmerge.Writer{ID: "plain"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Upsert(aggmerge.Aggregate, []agg.Value{agg.IntValue(1)}, []agg.Value{agg.IntValue(1), agg.IntValue(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Apply(b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, tbl, "0 +I k=1 ->1,2")
+}
+
+func TestUncommittedExportsEverything(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	a.add(1, 10)
+	base := a.checkpoint(1)
+	a.add(1, 5)
+	a.restore(1, base, map[int64]*int64{1: ptr(10)})
+	c := &cursor{}
+	chs, err := selectUncommitted(tbl, c, tbl.LogEnds()[0], 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ch := range chs {
+		got = append(got, show(ch))
+	}
+	want := []string{"0 +I k=1 ->10,null", "3 +U k=1 10,null>15,null", "5 +U k=1 15,null>10,null undo"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if c.done != tbl.LogEnds()[0] || c.resume != c.done {
+		t.Fatalf("cursor %+v, log end %d", c, tbl.LogEnds()[0])
+	}
+}
