@@ -258,4 +258,6 @@ func (n *Normalizer) Normalize(c Change) (Change, bool) {
 // Len returns the number of keys remembered.
 func (n *Normalizer) Len() int { return len(n.last) }
 
-func sameRow(a, b Row) bool { return string(appendObject(nil, a.fields)) == string(appendObject(nil, b.fields)) }
+func sameRow(a, b Row) bool {
+	return string(appendObject(nil, a.fields)) == string(appendObject(nil, b.fields))
+}
