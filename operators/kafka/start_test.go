@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // TestTransactionalInput reads a topic written by committed, aborted and
@@ -81,33 +83,47 @@ func TestStartPositions(t *testing.T) {
 		kafkatest.Produce(t, brokers, recs...)
 		return topic
 	}
-	run := func(t *testing.T, cfg kafka.Config, want int, during ...func()) []operators.Event {
+	// run runs a fresh job until want records are committed; produce, if
+	// set, runs once the first checkpoint completed, that is once the start
+	// offsets are resolved.
+	run := func(t *testing.T, cfg kafka.Config, want int, produce func()) []operators.Event {
 		dir := t.TempDir()
-		return runUntilCommitted(t, eventJob(t, dir, newSource(t, cfg, eventFormat), 2, 0), filepath.Join(dir, "out"), want, during...)
+		reg := prometheus.NewRegistry()
+		j := eventJob(t, dir, newSource(t, cfg, eventFormat), 2, 0, func(o *runtime.Options) { o.Registerer = reg })
+		return runUntilCommitted(t, j, filepath.Join(dir, "out"), want, func() {
+			if produce == nil {
+				return
+			}
+			for deadline := time.Now().Add(20 * time.Second); counter(t, reg, "ebbflow_checkpoints_total", "status", "completed") < 1; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no checkpoint completed")
+				}
+			}
+			produce()
+		})
 	}
 
 	t.Run("earliest", func(t *testing.T) {
 		topic := setup(t)
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, 200)
+		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, 200, nil)
 		checkSeqs(t, got, 200)
 	})
 	t.Run("latest", func(t *testing.T) {
 		topic := setup(t)
 		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartLatest()}, 100, func() {
-			time.Sleep(200 * time.Millisecond)
 			produceEvents(t, brokers, topic, partitions, 200, 300)
 		})
 		checkExactly(t, got, 300, func(seq uint64) bool { return seq >= 200 })
 	})
 	t.Run("timestamp", func(t *testing.T) {
 		topic := setup(t)
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartAt(t0.Add(time.Second))}, 100)
+		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartAt(t0.Add(time.Second))}, 100, nil)
 		checkExactly(t, got, 200, func(seq uint64) bool { return seq >= 100 })
 	})
 	t.Run("offsets", func(t *testing.T) {
 		topic := setup(t)
 		start := kafka.StartOffsets(map[string]map[int32]int64{topic: {0: 10}}) // partition 1 not listed: earliest
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: start}, 190)
+		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: start}, 190, nil)
 		checkExactly(t, got, 200, func(seq uint64) bool { return seq%2 == 1 || seq >= 20 })
 	})
 	t.Run("committed", func(t *testing.T) {
@@ -123,7 +139,6 @@ func TestStartPositions(t *testing.T) {
 		// commit: from its latest.
 		cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}, Group: group, Start: kafka.StartCommitted(kafka.StartLatest())}
 		got := run(t, cfg, 175, func() {
-			time.Sleep(200 * time.Millisecond)
 			produceEvents(t, brokers, topic, partitions, 200, 300)
 		})
 		checkExactly(t, got, 300, func(seq uint64) bool { return seq%2 == 0 && seq >= 50 || seq >= 200 })
