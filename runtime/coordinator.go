@@ -110,11 +110,8 @@ func (c *coordinator) decline(id barrier.CheckpointID, err error) {
 func (c *coordinator) sourceFinished(t *task) { c.finished <- t }
 
 // run is the coordinator goroutine. It returns when ctx is done.
-func (c *coordinator) run(ctx context.Context, initial bool) {
+func (c *coordinator) run(ctx context.Context) {
 	log := c.att.log
-	if initial {
-		c.trigger(false)
-	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {

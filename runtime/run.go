@@ -215,12 +215,24 @@ func (a *attempt) run(parent context.Context) error {
 		return err
 	}
 
+	if a.waitFirst {
+		// The initial checkpoint is triggered before any task runs and the
+		// sources hold until it completed: no record may be read, let alone
+		// written to a sink, before every sink has its baseline. (A source
+		// reading first would put records before barrier 0 that a crash
+		// before its completion leaves in the sinks with nothing to undo.)
+		for _, t := range a.coord.sources {
+			id := a.firstID
+			t.waitComplete = &id
+		}
+		a.coord.trigger(false)
+	}
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	var coordDone sync.WaitGroup
 	coordDone.Add(1)
 	go func() {
 		defer coordDone.Done()
-		a.coord.run(coordCtx, a.restored == nil)
+		a.coord.run(coordCtx)
 	}()
 
 	var tasksDone sync.WaitGroup

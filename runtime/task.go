@@ -285,10 +285,6 @@ func (t *task) handleMailbox() (done bool, err error) {
 		if err := t.checkpoint(t.att.ctx, *n.trigger); err != nil {
 			return false, err
 		}
-		if t.att.waitFirst && n.trigger.ID == t.att.firstID {
-			id := n.trigger.ID
-			t.waitComplete = &id
-		}
 	}
 	return false, nil
 }
