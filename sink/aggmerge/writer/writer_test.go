@@ -42,6 +42,7 @@ func schema() aggmerge.Schema {
 			{Name: "top", Type: i64, Func: "max"},
 			{Name: "last", Type: i64, Func: "last_value"},
 			{Name: "seqs", Type: agg.Type{Kind: agg.KindString}, Func: "listagg"},
+			{Name: "n2", Type: i64, Func: "count"},
 		},
 		Buckets: 8,
 	}
@@ -51,7 +52,7 @@ func mapEvent(e operators.Event, r *writer.Row) error {
 	r.Kind = writer.Insert
 	r.Key = append(r.Key[:0], agg.IntValue(int64(e.Seq%keys)))
 	r.Vals = append(r.Vals[:0], agg.IntValue(e.Value), agg.IntValue(1), agg.IntValue(e.Value),
-		agg.IntValue(int64(e.Seq)), agg.StringValue(strconv.FormatUint(e.Seq, 10)))
+		agg.IntValue(int64(e.Seq)), agg.StringValue(strconv.FormatUint(e.Seq, 10)), agg.IntValue(1))
 	return nil
 }
 
@@ -78,7 +79,7 @@ func expected(count uint64) map[int64][]string {
 	}
 	out := map[int64][]string{}
 	for k, a := range m {
-		out[k] = []string{fmt.Sprint(a.total), fmt.Sprint(a.n), fmt.Sprint(a.top), fmt.Sprint(a.last), strings.Join(a.seqs, ",")}
+		out[k] = []string{fmt.Sprint(a.total), fmt.Sprint(a.n), fmt.Sprint(a.top), fmt.Sprint(a.last), strings.Join(a.seqs, ","), fmt.Sprint(a.n)}
 	}
 	return out
 }
@@ -102,6 +103,30 @@ func checkTable(t *testing.T, tbl *aggmerge.Table, want map[int64][]string) {
 				t.Errorf("key %d:\n got %.200v\nwant %.200v", k, g, w)
 			}
 			bad++
+		}
+	}
+	if bad > 0 {
+		var diffs []string
+		for k, w := range want {
+			if g := got[k]; fmt.Sprint(g) != fmt.Sprint(w) && len(g) > 1 {
+				diffs = append(diffs, fmt.Sprintf("%d:%s/%s", k, g[1], w[1]))
+			}
+		}
+		t.Logf("count per wrong key (got/want): %v", diffs)
+		for k, w := range want {
+			g := got[k]
+			if fmt.Sprint(g) == fmt.Sprint(w) || len(g) < 5 {
+				continue
+			}
+			seen := map[string]int{}
+			var dups []string
+			for _, s := range strings.Split(g[4], ",") {
+				seen[s]++
+				if seen[s] == 2 {
+					dups = append(dups, s)
+				}
+			}
+			t.Logf("key %d: %d seqs, duplicated: %.400v", k, len(strings.Split(g[4], ",")), dups)
 		}
 	}
 	if len(got) != len(want) || bad > 0 {
