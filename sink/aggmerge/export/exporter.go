@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -146,6 +147,14 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 	var changes []change
 	var recs []*kgo.Record
 	ends := x.cfg.Table.LogEnds()
+	if x.cfg.Mode == Uncommitted && slices.ContainsFunc(cs, func(c *cursor) bool { return c.done < ends[c.bucket] }) {
+		// The table's writes are unsynced until a checkpoint: a SIGKILL may
+		// lose the last ones. Export only what is durable, never an entry
+		// the table could write differently after a restart.
+		if err := x.cfg.Table.Sync(); err != nil {
+			return 0, err
+		}
+	}
 	budget := x.cfg.MaxRecordsPerTxn
 	for _, c := range cs {
 		if c.done >= ends[c.bucket] || len(recs) >= budget {
