@@ -1,0 +1,133 @@
+package writer_test
+
+import (
+	"context"
+	"flag"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/valyala/fastjson"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+var (
+	benchRecords = flag.Int("records", 1_000_000, "records preloaded for BenchmarkKafkaToTable")
+	benchFlush   = flag.Duration("flush", 100*time.Millisecond, "the writer's FlushInterval in BenchmarkKafkaToTable")
+)
+
+
+type purchase struct {
+	user   string
+	amount int64
+}
+
+// counter passes batches through and stops the job once n records passed.
+type counter struct {
+	seen *atomic.Int64
+	n    int64
+	stop func()
+}
+
+func (c counter) Open(*runtime.Context) error { return nil }
+func (c counter) ProcessBatch(in []purchase, out *runtime.Collector[purchase]) error {
+	for _, p := range in {
+		out.Emit(p)
+	}
+	if c.seen.Add(int64(len(in))) >= c.n {
+		c.stop()
+	}
+	return nil
+}
+func (c counter) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (c counter) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (c counter) Close() error                              { return nil }
+
+// rawConsume times a plain franz-go consumer over the whole topic.
+func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
+	cl := kafkatest.Client(b, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	start := time.Now()
+	got := 0
+	for got < n {
+		fs := cl.PollFetches(context.Background())
+		got += fs.NumRecords()
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// BenchmarkKafkaToTable: Kafka (preloaded, 4 partitions, 100k users) →
+// decode → exactly-once writer (sum, count, max per user), checkpoints
+// every second, with and without combining; reported next to the raw
+// franz-go consume rate of the same topic. Run with -benchtime 1x.
+func BenchmarkKafkaToTable(b *testing.B) {
+	brokers := kafkatest.Brokers(b)
+	topic := kafkatest.NewTopic(b, brokers, 4)
+	n := *benchRecords
+	kafkatest.Preload(b, brokers, topic, n, 4)
+	raw := rawConsume(b, brokers, topic, n)
+	b.Logf("raw franz-go consume: %.0f records/s", raw)
+	for _, noCombine := range []bool{false, true} {
+		name := "combine"
+		if noCombine {
+			name = "no-combine"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				i64 := agg.Type{Kind: agg.KindInt64}
+				tbl, err := aggmerge.Open(b.TempDir(), aggmerge.Schema{
+					Key:     []aggmerge.Column{{Name: "user", Type: agg.Type{Kind: agg.KindString}}},
+					Values:  []aggmerge.Column{{Name: "total", Type: i64, Func: "sum"}, {Name: "n", Type: i64, Func: "count"}, {Name: "top", Type: i64, Func: "max"}},
+					Buckets: 8,
+				}, aggmerge.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(),
+					Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
+				src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}},
+					kafka.JSONWith(func(v *fastjson.Value) (purchase, error) {
+						return purchase{user: string(v.GetStringBytes("user")), amount: v.GetInt64("amount")}, nil
+					}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var seen atomic.Int64
+				counted := runtime.Apply(runtime.FromSource(j, "kafka", src.New), "count",
+					func() runtime.Operator[purchase, purchase] { return counter{&seen, int64(n), j.Stop} })
+				err = writer.To(counted, "table", writer.Config{Table: tbl, NoCombine: noCombine, FlushInterval: *benchFlush},
+					func(p purchase, r *writer.Row) error {
+						r.Key = append(r.Key[:0], agg.StringValue(p.user))
+						r.Vals = append(r.Vals[:0], agg.IntValue(p.amount), agg.IntValue(1), agg.IntValue(p.amount))
+						return nil
+					})
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if err := j.Run(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				rate := float64(n) / time.Since(start).Seconds()
+				var total int64
+				_ = tbl.Scan(func(r aggmerge.Row) error { total += r.Values[1].Int(); return nil })
+				tbl.Close()
+				if total != int64(n) {
+					b.Fatalf("the table counts %d records, want %d", total, n)
+				}
+				b.ReportMetric(rate, "records/s")
+				b.ReportMetric(100*rate/raw, "%raw")
+			}
+		})
+	}
+}
