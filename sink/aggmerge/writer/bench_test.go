@@ -25,7 +25,6 @@ var (
 	benchFlush   = flag.Duration("flush", 100*time.Millisecond, "the writer's FlushInterval in BenchmarkKafkaToTable")
 )
 
-
 type purchase struct {
 	user   string
 	amount int64
