@@ -97,7 +97,6 @@ func (x *Exporter) session(ctx context.Context) error {
 		kgo.TransactionalID(x.cfg.TransactionalID),
 		kgo.TransactionTimeout(transactionTimeout(x.cfg.CheckpointInterval)),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequireStableFetchOffsets(),
 	)...)
 	if err != nil {
 		return fmt.Errorf("make producer: %w", err)

@@ -1,0 +1,94 @@
+// Package export publishes an aggregation-merge table's changelog to Kafka
+// exactly once, and reads such a changelog back (Read, ReadTable).
+//
+// # Exporter
+//
+// One Exporter per table tails every bucket's log (Table.ReadLog) and
+// produces to one topic with one partition per bucket (partition = bucket;
+// the topic is created if absent, an existing one must have exactly that
+// many partitions). Its producer is transactional with an id fixed per
+// table ("ebbflow-export-<name>"), so a second exporter of the same table
+// fences the first. Each export round reads up to MaxRecordsPerTxn changes
+// over all buckets and commits them in one transaction.
+//
+// Every record carries headers: table, table id, bucket, log offset (of
+// the +I, +U or -D entry; an update is exported once, at its +U), the
+// checkpoint that committed it (0 when unknown), the undo flag, the op, and
+// the exporter's own restart point. On start (and after any failed
+// transaction, instead of retrying blindly) the exporter loads its
+// producer id, which fences zombies and aborts their open transaction, then
+// reads the last committed record of every partition (read_committed,
+// backwards in doubling windows past aborted records and markers) and
+// resumes right after its log offset: no gap, no duplicate across crashes.
+// A record of another table id, a log offset beyond the log end, or a
+// restart point below the log's retained start stop the exporter with an
+// error naming the table and offsets (ErrMismatch, ErrGap), never a silent
+// gap. The transaction timeout is two checkpoint intervals plus 10 s.
+//
+// # Modes
+//
+// Uncommitted exports every change entry as written, undo entries
+// included, after syncing the table (an unsynced write may be lost by a
+// crash and written differently after it; it must not be in the topic).
+//
+// Committed (the default) exports an entry only once its writer's fate is
+// known, and never an entry that is rolled back. Writers are matched by
+// group, the writer id up to its last '#' ("<job>/<sink>", so every
+// subtask of a sink, also after a rescale). For an entry e of group G the
+// first marker of G after e decides: a commit marker with To > e's offset
+// exports it (it is covered by a completed checkpoint); a rollback marker
+// whose [From, To) holds it discards it; for an undo entry, the rollback
+// marker that follows it makes it "the undo of that rollback". An entry of
+// a writer that is not registered with the table (a plain writer, or one
+// unregistered for good) is final at once. Entries are decided in log
+// order: an undecided entry holds back every later entry of its bucket,
+// whichever writer wrote them, so the order per key is the log's.
+//
+// Several writers (jobs writing disjoint columns) share rows, and every
+// entry carries the full row. When an entry of G is discarded, the columns
+// it changed are masked, until G's rollback marker, in the images of every
+// other exported entry of that key: they show the value before G's first
+// rolled-back change, which is what the consumer last saw of them. An undo
+// entry shows its own after-image (the truth from then on); when it
+// changes nothing the consumer can see (the usual case: a crash undone
+// before its writes were ever exported) it is not exported.
+//
+// So, in committed mode a read_committed consumer of bucket b sees a
+// subsequence of b's log in offset order, in which every row image is the
+// row with each writer's columns as that writer had them at its last
+// committed (or still unmasked) write up to that offset. It never sees a
+// value written by a write that was later rolled back. It sees a writer's
+// write once that writer's checkpoint covering it has completed and every
+// earlier entry of the bucket is decided: one writer slow to checkpoint
+// delays the others in the buckets they share. Applying every record
+// gives, per row, the table's row as of the last exported offset of its
+// bucket, with the columns of writers whose later writes are not yet
+// committed at their committed values.
+//
+// One case is not a crash: an operator restoring an older checkpoint on
+// purpose rolls back writes that were committed, and possibly exported.
+// Exported records cannot be taken back: committed mode keeps them and
+// exports the undo entries that restore the older values as ordinary
+// updates, flagged undo, checkpoint = the restored one. A consumer that
+// applies the topic still ends equal to the table.
+//
+// # Retention
+//
+// RetainFrom gives, per bucket, the lowest log offset the exporter may
+// read again (its restart point, which can be before its position while a
+// rollback is pending): log retention must not truncate at or above it.
+//
+// # Formats
+//
+// UpsertJSON and DebeziumJSON, see Format. Values: null for absent and
+// null, bool, int64 and float64 as JSON numbers, decimal as a string with
+// the column's scale ("12.50"), timestamp as RFC 3339 UTC with six
+// fractional digits (TimeLayout), bytes as standard base64, set<string> as
+// an array of strings. Keys are objects of the primary-key columns in
+// schema order; values hold the key columns then the value columns.
+//
+// Files: exporter.go (Run, sessions, transactions), select.go (committed
+// and uncommitted selection, masks), resume.go (topic check, reading the
+// last committed records), format.go and records.go (encoding, headers),
+// consume.go (the reader), config.go, metrics.go.
+package export
