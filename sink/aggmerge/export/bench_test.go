@@ -1,0 +1,263 @@
+package export
+
+import (
+	"context"
+	"flag"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+var (
+	benchEntries = flag.Int("export.entries", 200_000, "writes BenchmarkExport preloads")
+	benchRate    = flag.Int("export.rate", 5_000, "writes per second in BenchmarkVisibility")
+	benchFor     = flag.Duration("export.for", 5*time.Second, "how long BenchmarkVisibility writes")
+	benchCkpt    = flag.Duration("export.checkpoint", time.Second, "commit marker interval in BenchmarkVisibility")
+)
+
+func benchSchema() aggmerge.Schema {
+	return aggmerge.Schema{
+		Key: []aggmerge.Column{{Name: "user", Type: agg.Int64}},
+		Values: []aggmerge.Column{
+			{Name: "total", Type: agg.Int64, Func: "sum"},
+			{Name: "n", Type: agg.Int64, Func: "count"},
+			{Name: "written_us", Type: agg.Int64, Func: "last_value"},
+		},
+		Buckets: 4,
+	}
+}
+
+// benchWriter writes as a registered writer "bench/sink#0" and marks every
+// bucket committed on checkpoint.
+type benchWriter struct {
+	tbl    *aggmerge.Table
+	b      *aggmerge.Batch
+	commit []uint64
+	ckpt   uint64
+	i      int
+}
+
+func newBenchWriter(b *testing.B, tbl *aggmerge.Table) *benchWriter {
+	epoch, err := tbl.Register("bench", "bench/sink#0", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch, err := tbl.NewBatch(aggmerge.Writer{ID: "bench/sink#0", Epoch: epoch}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchWriter{tbl: tbl, b: batch, commit: make([]uint64, tbl.Schema().Buckets)}
+}
+
+// write applies n writes over 10,000 users, stamped with the current time.
+func (w *benchWriter) write(b *testing.B, n int) {
+	now := agg.IntValue(time.Now().UnixMicro())
+	for range n {
+		w.i++
+		if err := w.b.Upsert(aggmerge.Aggregate, []agg.Value{agg.IntValue(int64(w.i * 7919 % 10_000))},
+			[]agg.Value{agg.IntValue(int64(w.i % 100)), agg.IntValue(1), now}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := w.tbl.Apply(w.b); err != nil {
+		b.Fatal(err)
+	}
+	w.b.Reset()
+}
+
+// checkpoint syncs and appends a commit marker per bucket, as the writer
+// does when a checkpoint completes.
+func (w *benchWriter) checkpoint(b *testing.B) {
+	if err := w.tbl.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	w.ckpt++
+	for bk, end := range w.tbl.LogEnds() {
+		if end != w.commit[bk] {
+			if err := w.b.Mark(bk, aggmerge.Marker{Kind: aggmerge.MarkerCommit, Checkpoint: w.ckpt, From: w.commit[bk], To: end}); err != nil {
+				b.Fatal(err)
+			}
+			w.commit[bk] = end
+		}
+	}
+	if _, err := w.tbl.Apply(w.b); err != nil {
+		b.Fatal(err)
+	}
+	w.b.Reset()
+}
+
+// BenchmarkExport measures export throughput: a table preloaded with
+// -export.entries writes (each an update of two entries after the first
+// write of a key, a commit marker per bucket every 1000 writes) exported
+// from scratch until caught up. entries/s counts log entries passed, rec/s
+// records produced.
+//
+//	go test -run XXX -bench Export -benchtime 3x ./sink/aggmerge/export/
+func BenchmarkExport(b *testing.B) {
+	brokers := kafkatest.Brokers(b)
+	tbl, err := aggmerge.Open(b.TempDir(), benchSchema(), aggmerge.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tbl.Close()
+	w := newBenchWriter(b, tbl)
+	for range *benchEntries / 1000 {
+		w.write(b, 1000)
+		w.checkpoint(b)
+	}
+	var entries uint64
+	for _, e := range tbl.LogEnds() {
+		entries += e
+	}
+	for _, mode := range []Mode{Committed, Uncommitted} {
+		b.Run(string(mode), func(b *testing.B) {
+			var records float64
+			for b.Loop() {
+				topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
+				reg := prometheus.NewRegistry()
+				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: mode, Registerer: reg})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- x.Run(ctx) }()
+				for !slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+					time.Sleep(time.Millisecond)
+				}
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				records += counter(b, reg, "ebbflow_export_records_total")
+			}
+			b.ReportMetric(float64(entries)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+			b.ReportMetric(records/b.Elapsed().Seconds(), "rec/s")
+		})
+	}
+}
+
+// BenchmarkVisibility measures the latency from a table write to its
+// record reaching a read_committed consumer: writes at -export.rate per
+// second for -export.for, a commit marker per bucket every
+// -export.checkpoint (committed mode waits for it).
+//
+//	go test -run XXX -bench Visibility -benchtime 1x ./sink/aggmerge/export/
+func BenchmarkVisibility(b *testing.B) {
+	brokers := kafkatest.Brokers(b)
+	for _, mode := range []Mode{Committed, Uncommitted} {
+		b.Run(string(mode), func(b *testing.B) {
+			var lat []time.Duration
+			for b.Loop() {
+				lat = append(lat, visibility(b, brokers, mode)...)
+			}
+			slices.Sort(lat)
+			q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+			b.ReportMetric(q(0.5), "p50-ms")
+			b.ReportMetric(q(0.99), "p99-ms")
+			b.ReportMetric(q(1), "max-ms")
+			b.ReportMetric(float64(len(lat)), "records")
+		})
+	}
+}
+
+func visibility(b *testing.B, brokers []string, mode Mode) []time.Duration {
+	tbl, err := aggmerge.Open(b.TempDir(), benchSchema(), aggmerge.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tbl.Close()
+	topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: mode,
+		CheckpointInterval: *benchCkpt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	cl := kafkatest.Client(b, brokers, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	var lat []time.Duration
+	got := make(chan []time.Duration, 1)
+	cctx, ccancel := context.WithCancel(context.Background())
+	defer ccancel()
+	go func() {
+		var l []time.Duration
+		for cctx.Err() == nil {
+			fs := cl.PollFetches(cctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				if us, ok := writtenAt(r.Value); ok {
+					l = append(l, now.Sub(time.UnixMicro(us)))
+				}
+			})
+		}
+		got <- l
+	}()
+
+	w := newBenchWriter(b, tbl)
+	const tick = 10 * time.Millisecond
+	perTick := max(1, *benchRate*int(tick)/int(time.Second))
+	start := time.Now()
+	lastCkpt := start
+	for time.Since(start) < *benchFor {
+		w.write(b, perTick)
+		if time.Since(lastCkpt) >= *benchCkpt {
+			w.checkpoint(b)
+			lastCkpt = time.Now()
+		}
+		time.Sleep(tick)
+	}
+	w.checkpoint(b)
+	for !slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let the consumer catch up
+	ccancel()
+	lat = <-got
+	if len(lat) == 0 {
+		b.Fatal("no record consumed")
+	}
+	return lat
+}
+
+// writtenAt extracts written_us from an upsert-json value.
+func writtenAt(v []byte) (int64, bool) {
+	s := string(v)
+	i := strings.Index(s, `"written_us":`)
+	if i < 0 {
+		return 0, false
+	}
+	s = s[i+len(`"written_us":`):]
+	j := strings.IndexAny(s, ",}")
+	us, err := strconv.ParseInt(s[:j], 10, 64)
+	return us, err == nil
+}
+
+// counter reads a counter from a registry.
+func counter(b *testing.B, reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	b.Fatalf("no metric %s", name)
+	return 0
+}
