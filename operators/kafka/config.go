@@ -36,7 +36,8 @@ type Config struct {
 	// By default the source reads committed records only (read_committed).
 	ReadUncommitted bool
 	// DiscoveryInterval is how often new partitions and topics are looked
-	// for (10s); negative disables discovery.
+	// for (10s). Negative: only once, when the source opens (a restored
+	// source still finds the partitions created while it was down).
 	DiscoveryInterval time.Duration
 	// StartTimeout bounds resolving the start offsets of a job without
 	// checkpoint (30s). A restored source needs no broker to open.

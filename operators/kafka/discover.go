@@ -140,7 +140,9 @@ func resolveStart(ctx context.Context, adm *kadm.Client, s StartPosition, group 
 }
 
 // discoverer looks for new partitions on its own goroutine, so that Read
-// never waits on metadata. It keeps only the latest set found.
+// never waits on metadata: once at the start (a restored subtask opens
+// from its checkpoint alone), then every interval unless that is negative.
+// It keeps only the latest set found.
 type discoverer struct {
 	topics *topics
 	adm    *kadm.Client
@@ -154,6 +156,10 @@ type discoverer struct {
 }
 
 func (d *discoverer) run(ctx context.Context) {
+	d.discover(ctx)
+	if d.every <= 0 {
+		return
+	}
 	t := time.NewTicker(d.every)
 	defer t.Stop()
 	for {
@@ -161,21 +167,25 @@ func (d *discoverer) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			d.discover(ctx)
 		}
-		rctx, cancel := context.WithTimeout(ctx, d.every)
-		found, err := d.topics.owned(rctx, d.adm)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.warn("kafka source: partition discovery failed; retrying at the next interval", "error", err)
-			}
-			continue
-		}
-		d.mu.Lock()
-		d.mu.found = found
-		d.mu.Unlock()
-		d.fresh.Store(true)
 	}
+}
+
+func (d *discoverer) discover(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, max(d.every, defaultDiscoveryInterval))
+	found, err := d.topics.owned(rctx, d.adm)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.warn("kafka source: partition discovery failed; retrying at the next interval", "error", err)
+		}
+		return
+	}
+	d.mu.Lock()
+	d.mu.found = found
+	d.mu.Unlock()
+	d.fresh.Store(true)
 }
 
 // take returns the partitions found since the last take, if any.

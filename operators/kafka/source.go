@@ -182,10 +182,8 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	if cfg.OnDecodeError == DeadLetter {
 		r.dlq = &deadLetters{cl: r.cl, topic: cfg.DeadLetterTopic, ctx: r.bg, count: r.m.deadLettered}
 	}
-	if cfg.DiscoveryInterval > 0 {
-		r.disc = &discoverer{topics: r.topics, adm: r.adm, every: cfg.DiscoveryInterval, log: r.warnLog}
-		r.goBackground(r.disc.run)
-	}
+	r.disc = &discoverer{topics: r.topics, adm: r.adm, every: cfg.DiscoveryInterval, log: r.warnLog}
+	r.goBackground(r.disc.run)
 	if cfg.Group != "" {
 		r.commit = newCommitter(r.adm, cfg.Group, r.warnLog)
 		r.goBackground(r.commit.run)
@@ -383,9 +381,6 @@ func (r *reader[T]) fetchError(topic string, partition int32, err error) error {
 // addDiscovered starts reading partitions the discoverer found, from their
 // earliest offset.
 func (r *reader[T]) addDiscovered() {
-	if r.disc == nil {
-		return
-	}
 	found, ok := r.disc.take()
 	if !ok {
 		return

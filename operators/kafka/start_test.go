@@ -158,3 +158,40 @@ func TestStartPositions(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreIgnoresStartPosition stops a job that started at latest,
+// produces more and adds a partition while it is down, and restores it: it
+// resumes at its checkpointed offsets (not at the latest ones again), and
+// reads the new partition, absent from the checkpoint, from its earliest
+// offset.
+func TestRestoreIgnoresStartPosition(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 2)
+	produceEvents(t, brokers, topic, 2, 0, 100) // before the start: never read
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartLatest()}
+	reg := prometheus.NewRegistry()
+	j := eventJob(t, dir, newSource(t, cfg, eventFormat), 1, 0, func(o *runtime.Options) { o.Registerer = reg })
+	runUntilCommitted(t, j, out, 100, func() {
+		for deadline := time.Now().Add(20 * time.Second); counter(t, reg, "ebbflow_checkpoints_total", "status", "completed") < 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no checkpoint completed")
+			}
+		}
+		produceEvents(t, brokers, topic, 2, 100, 200)
+	})
+
+	// While the job is down: more records, and a third partition.
+	produceEvents(t, brokers, topic, 2, 200, 300)
+	if _, err := kafkatest.Admin(t, brokers).CreatePartitions(t.Context(), 1, topic); err != nil {
+		t.Fatal(err)
+	}
+	more := eventRecords(topic, 1, 300, 400, testKeys) // to partition 0, then the new 2
+	for _, r := range more[50:] {
+		r.Partition = 2
+	}
+	kafkatest.Produce(t, brokers, more...)
+	got := runUntilCommitted(t, eventJob(t, dir, newSource(t, cfg, eventFormat), 1, 0), out, 300)
+	checkExactly(t, got, 400, func(seq uint64) bool { return seq >= 100 })
+}
