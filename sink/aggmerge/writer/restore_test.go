@@ -133,8 +133,7 @@ func (l *undoLog) Handle(_ context.Context, r slog.Record) error {
 
 // waitUndone waits until n subtasks logged the end of their undo and
 // returns their progress summed.
-func (l *undoLog) waitUndone(t *testing.T, n int) undoProgress {
-	t.Helper()
+func (l *undoLog) waitUndone(n int) (undoProgress, error) {
 	deadline := time.After(30 * time.Second)
 	for {
 		l.mu.Lock()
@@ -147,13 +146,13 @@ func (l *undoLog) waitUndone(t *testing.T, n int) undoProgress {
 				sum.scanned += p.scanned
 				sum.restored += p.restored
 			}
-			return sum
+			return sum, nil
 		}
 		select {
 		case <-l.ch:
 		case <-time.After(10 * time.Millisecond):
 		case <-deadline:
-			t.Fatalf("%d of %d subtasks finished undo in 30s", len(done), n)
+			return undoProgress{}, fmt.Errorf("%d of %d subtasks finished undo in 30s", len(done), n)
 		}
 	}
 }
@@ -232,17 +231,13 @@ func rowsAt(t *testing.T, tbl *aggmerge.Table, base map[int]uint64) map[int64][]
 	return rows
 }
 
-func tableRows(t *testing.T, tbl *aggmerge.Table) map[int64][]string {
-	t.Helper()
+func tableRows(tbl *aggmerge.Table) (map[int64][]string, error) {
 	rows := map[int64][]string{}
 	err := tbl.Scan(func(r aggmerge.Row) error {
 		rows[r.Key[0].Int()] = format(r.Values)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return rows, err
 }
 
 // restoreAndCheck restores the job at parallelism par from checkpoint id
@@ -261,21 +256,33 @@ func restoreAndCheck(t *testing.T, tbl *aggmerge.Table, dataDir string, par int,
 	want := rowsAt(t, tbl, base)
 	r := restoreRun{par: par, count: count, restore: runtime.RestoreCheckpoint(id), interval: 20 * time.Millisecond,
 		log: newUndoLog(), hold: newHold(t)}
+	// The held run is checked from its own goroutine, which must not stop
+	// the test: it reports, the test goroutine fails.
+	var progress undoProgress
+	var atUndo map[int64][]string
+	var heldErr error
 	r.during = func(ctx context.Context, _ *runtime.Job, _ context.CancelFunc) {
 		defer r.hold.open()
-		p := r.log.waitUndone(t, par)
-		if got := tableRows(t, tbl); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("after undo at parallelism %d the table differs from checkpoint %d's (%d rows, want %d)", par, id, len(got), len(want))
+		if progress, heldErr = r.log.waitUndone(par); heldErr == nil {
+			atUndo, heldErr = tableRows(tbl)
 		}
-		if p.buckets != int64(tbl.Schema().Buckets) || p.scanned != wantEntries || p.restored != wantKeys {
-			t.Errorf("undo progress: %d buckets, %d entries scanned, %d keys restored; want %d, %d, %d",
-				p.buckets, p.scanned, p.restored, tbl.Schema().Buckets, wantEntries, wantKeys)
-		}
-		t.Logf("restored checkpoint %d at parallelism %d: %d entries scanned, %d keys restored", id, par, p.scanned, p.restored)
 	}
-	if err := r.run(t, tbl, dataDir); err != nil {
+	err := r.run(t, tbl, dataDir)
+	if heldErr != nil {
+		t.Fatal(heldErr)
+	}
+	if err != nil {
 		t.Fatalf("restored run: %v", err)
 	}
+	if fmt.Sprint(atUndo) != fmt.Sprint(want) {
+		t.Errorf("after undo at parallelism %d the table differs from checkpoint %d's (%d rows, want %d)", par, id, len(atUndo), len(want))
+	}
+	p := progress
+	if p.buckets != int64(tbl.Schema().Buckets) || p.scanned != wantEntries || p.restored != wantKeys {
+		t.Errorf("undo progress: %d buckets, %d entries scanned, %d keys restored; want %d, %d, %d",
+			p.buckets, p.scanned, p.restored, tbl.Schema().Buckets, wantEntries, wantKeys)
+	}
+	t.Logf("restored checkpoint %d at parallelism %d: %d entries scanned, %d keys restored", id, par, p.scanned, p.restored)
 	checkTable(t, tbl, expected(count))
 }
 
