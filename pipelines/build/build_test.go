@@ -1,0 +1,240 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+)
+
+// jobFile is a datagen job: revenue and counts per region, with a filter
+// and a map, and a column the writer computes from a map field.
+const jobFile = `
+job: {name: gen, parallelism: %d}
+source:
+  datagen:
+    seed: 7
+    rate: 0
+    count: %d
+    topic: "%s"
+    fields:
+      n: {sequence: {}}
+      region: {one_of: [eu, us, asia], weights: [3, 2, 1]}
+      amount: {uniform: {min: 1, max: 100}}
+transforms:
+  - filter: amount > 10
+  - map: {cents: amount * 100}
+sink:
+  table:
+    name: regions
+    primary_key: [region]
+    buckets: 4
+    columns:
+      revenue: {agg: sum, from: cents}
+      orders: {agg: count}
+      top: {agg: max, from: amount}
+      last_n: {agg: max, from: n}
+checkpoint: {interval: 50ms}
+`
+
+type regionTotal struct{ revenue, orders, top, lastN int64 }
+
+// oracle computes the table from the generator directly.
+func oracle(t *testing.T, p *pipelines.Pipeline, count int64) map[string]regionTotal {
+	t.Helper()
+	gen, err := p.NewGenerator(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]regionTotal{}
+	for n := range count {
+		r := gen.Row(n)
+		amount := r[2].(int64)
+		if amount <= 10 {
+			continue
+		}
+		w := want[r[1].(string)]
+		w.revenue += amount * 100
+		w.orders++
+		w.top = max(w.top, amount)
+		w.lastN = max(w.lastN, n)
+		want[r[1].(string)] = w
+	}
+	return want
+}
+
+func scanRegions(t *testing.T, tab *aggmerge.Table) map[string]regionTotal {
+	t.Helper()
+	got := map[string]regionTotal{}
+	err := tab.Scan(func(r aggmerge.Row) error {
+		got[r.Key[0].Str()] = regionTotal{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int(), r.Values[3].Int()}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func load(t *testing.T, src string) *pipelines.Pipeline {
+	t.Helper()
+	ps, err := pipelines.Load([]pipelines.File{{Name: "job.yaml", Data: []byte(src)}}, pipelines.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0]
+}
+
+func newEnv(t *testing.T, dir string, p *pipelines.Pipeline) *Env {
+	t.Helper()
+	e := NewEnv(Options{DataDir: dir, Logger: testLogger()})
+	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// TestDatagenStraight runs a bounded datagen job to its end, then again
+// after a restore at another parallelism (nothing left to make), and
+// checks the table against the generator.
+func TestDatagenStraight(t *testing.T) {
+	const count = 20_000
+	dir := t.TempDir()
+	p := load(t, fmt.Sprintf(jobFile, 3, count, ""))
+	want := oracle(t, p, count)
+	for _, par := range []int{3, 2} {
+		p := load(t, fmt.Sprintf(jobFile, par, count, ""))
+		e := newEnv(t, dir, p)
+		j, err := e.Build(p, runtime.RestoreLatest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = j.Run(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab, _ := e.Table("regions")
+		checkRegions(t, scanRegions(t, tab), want)
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDatagenStopAndResume stops an endless-rate job early with a final
+// checkpoint, resumes it, and checks the finished table.
+func TestDatagenStopAndResume(t *testing.T) {
+	const count = 30_000
+	dir := t.TempDir()
+	src := fmt.Sprintf(jobFile, 2, count, "") + "\n"
+	p := load(t, src)
+	want := oracle(t, p, count)
+	// first run: slow rate, stopped after a moment
+	slow := load(t, src+"---\n")
+	slow.Spec.Sources[0].Datagen.Rate = 20_000
+	e := newEnv(t, dir, slow)
+	j, err := e.Build(slow, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, j.Stop)
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tab, _ := e.Table("regions")
+	partial := scanRegions(t, tab)
+	var orders int64
+	for _, r := range partial {
+		orders += r.orders
+	}
+	var all int64
+	for _, r := range want {
+		all += r.orders
+	}
+	if orders == 0 || orders >= all {
+		t.Fatalf("first run wrote %d of %d orders; want a part", orders, all)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = newEnv(t, dir, p)
+	defer e.Close()
+	j, err = e.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tab, _ = e.Table("regions")
+	checkRegions(t, scanRegions(t, tab), want)
+}
+
+// TestDatagenIntoTopic produces into a topic of the embedded broker and
+// reads it back, stopping when the table holds every record.
+func TestDatagenIntoTopic(t *testing.T) {
+	const count = 5_000
+	dir := t.TempDir()
+	p := load(t, fmt.Sprintf(jobFile, 2, count, "generated"))
+	want := oracle(t, p, count)
+	e := newEnv(t, dir, p)
+	defer e.Close()
+	j, err := e.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- j.Run(context.Background()) }()
+	tab, _ := e.Table("regions")
+	deadline := time.Now().Add(40 * time.Second)
+	for !equalRegions(scanRegions(t, tab), want) {
+		if time.Now().After(deadline) {
+			j.Stop()
+			<-done
+			checkRegions(t, scanRegions(t, tab), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !j.Ready() {
+		t.Error("job not ready after writing every record")
+	}
+	j.Stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkRegions(t, scanRegions(t, tab), want)
+}
+
+func equalRegions(got, want map[string]regionTotal) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, w := range want {
+		if got[k] != w {
+			return false
+		}
+	}
+	return true
+}
+
+func checkRegions(t *testing.T, got, want map[string]regionTotal) {
+	t.Helper()
+	if !equalRegions(got, want) {
+		t.Fatalf("table\n got %v\nwant %v", got, want)
+	}
+}

@@ -1,0 +1,26 @@
+// Package build turns validated job files (pipelines.Pipeline) into runtime
+// jobs: it wires the Kafka and datagen sources, the compiled transforms and
+// the exactly-once table writer, and owns what the jobs of one runner share
+// (the data directory, the embedded broker, the tables and their changelog
+// exporters).
+//
+// A job is built as: each source → its own "<source>-transforms" operator
+// (so a runtime expression error follows that source's on_error policy) →
+// a union when there are several sources → for each table sink, the writer
+// of package sink/aggmerge/writer, which partitions by bucket. key_by is
+// the primary key (the loader checks it), so that partitioning is the only
+// shuffle.
+//
+// Invariants:
+//   - one Env per data directory and process; it opens each table once
+//     (pebble allows one process per table) with the columns of every job
+//     that writes it, and every job shares that handle;
+//   - Env.Close closes tables only after every job and exporter that uses
+//     them has returned (the caller runs jobs; Env owns exporters);
+//   - a datagen source is deterministic: record n is a pure function of the
+//     seed and n, and the position saved at a checkpoint is the next n of
+//     each lane, so a replay after a restore is exact;
+//   - a datagen producing into a topic writes record n to partition
+//     n mod partitions, in order, and resumes after the last record each
+//     partition holds: no gap and no duplicate across restarts.
+package build

@@ -1,0 +1,236 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
+)
+
+// Options configures an Env.
+type Options struct {
+	// DataDir holds tables/, jobs/ and, for the embedded broker, kafka/.
+	DataDir string
+	// Registerer receives every metric of the jobs, tables and exporters.
+	Registerer prometheus.Registerer
+	// Logger receives the logs (nil: discarded).
+	Logger *slog.Logger
+	// EmbeddedPort is the port of the embedded broker on 127.0.0.1 (0: any
+	// free one).
+	EmbeddedPort int
+}
+
+// Env is what the jobs of one runner share.
+type Env struct {
+	opts      Options
+	log       *slog.Logger
+	tables    map[string]*aggmerge.Table
+	order     []string // table names, sorted
+	exporters []*export.Exporter
+
+	mu struct {
+		sync.Mutex
+		broker *embedded.Broker
+	}
+}
+
+// NewEnv returns an Env; nothing is opened before OpenTables or Build.
+func NewEnv(opts Options) *Env {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	return &Env{opts: opts, log: opts.Logger, tables: map[string]*aggmerge.Table{}}
+}
+
+// DataDir returns the data directory.
+func (e *Env) DataDir() string { return e.opts.DataDir }
+
+// TableDir is where table name lives under a data directory.
+func TableDir(dataDir, name string) string { return filepath.Join(dataDir, "tables", name) }
+
+// OpenTables opens every table the jobs write, each with its key and the
+// columns of every job writing it (in job order), and makes the changelog
+// exporters of the tables that have one. Call it once, with every job.
+func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
+	schemas := map[string]*aggmerge.Schema{}
+	changelogs := map[string]*changelogSpec{}
+	var names []string
+	for _, p := range ps {
+		for _, t := range p.Tables {
+			name := t.Spec.Name
+			s := schemas[name]
+			if s == nil {
+				s = &aggmerge.Schema{Buckets: t.Spec.Buckets, Delete: aggmerge.DeleteBehavior(t.Spec.OnDelete)}
+				for _, k := range t.Key {
+					s.Key = append(s.Key, aggmerge.Column{Name: k.Name, Type: k.Type})
+				}
+				schemas[name] = s
+				names = append(names, name)
+			}
+			for _, c := range t.Columns {
+				if s.ValueIndex(c.Name) < 0 {
+					s.Values = append(s.Values, aggmerge.Column{Name: c.Name, Type: c.Type, Func: c.Func, Params: c.Params})
+				}
+			}
+			if cl := t.Spec.Changelog; cl != nil && changelogs[name] == nil {
+				changelogs[name] = &changelogSpec{spec: cl, interval: p.Spec.Checkpoint.Interval.Std()}
+			}
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t, err := aggmerge.Open(TableDir(e.opts.DataDir, name), *schemas[name], aggmerge.Options{})
+		if err != nil {
+			return err
+		}
+		e.tables[name] = t
+		e.order = append(e.order, name)
+		e.registerTable(name, t)
+	}
+	for _, name := range names {
+		cl := changelogs[name]
+		if cl == nil {
+			continue
+		}
+		conn, err := e.kafkaConfig(cl.spec.Connection)
+		if err != nil {
+			return fmt.Errorf("table %q changelog: %w", name, err)
+		}
+		x, err := export.New(export.Config{Table: e.tables[name], Name: name, Topic: cl.spec.Topic, Kafka: conn,
+			Mode: export.Mode(cl.spec.Mode), Format: export.Format(cl.spec.Format), CheckpointInterval: cl.interval,
+			Registerer: e.opts.Registerer, Logger: e.log})
+		if err != nil {
+			return fmt.Errorf("table %q: %w", name, err)
+		}
+		e.exporters = append(e.exporters, x)
+		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "format", cl.spec.Format, "mode", cl.spec.Mode)
+	}
+	return nil
+}
+
+type changelogSpec struct {
+	spec     *pipelines.Changelog
+	interval time.Duration
+}
+
+// registerTable adds the table's row count to the metrics.
+func (e *Env) registerTable(name string, t *aggmerge.Table) {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ebbflow_table_rows", Help: "Rows in the table.",
+		ConstLabels: prometheus.Labels{"table": name}}, func() float64 { return float64(t.Count()) })
+	if err := e.opts.Registerer.Register(g); err != nil {
+		e.log.Warn("register table metrics", "table", name, "err", err)
+	}
+}
+
+// Table returns an open table.
+func (e *Env) Table(name string) (*aggmerge.Table, bool) {
+	t, ok := e.tables[name]
+	return t, ok
+}
+
+// TableNames lists the open tables, sorted.
+func (e *Env) TableNames() []string { return slices.Clone(e.order) }
+
+// RunExporters runs the changelog exporters until ctx is done (nil) or one
+// fails for good (its error).
+func (e *Env) RunExporters(ctx context.Context) error {
+	if len(e.exporters) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(e.exporters))
+	for _, x := range e.exporters {
+		go func() {
+			err := x.Run(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range e.exporters {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// Brokers resolves a connection's brokers: none or [embedded] mean the
+// embedded broker, started on first use with its data under
+// <data_dir>/kafka so that topics survive a restart.
+func (e *Env) Brokers(c pipelines.Connection) ([]string, error) {
+	if len(c.Brokers) > 0 && !(len(c.Brokers) == 1 && c.Brokers[0] == "embedded") {
+		return c.Brokers, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.broker == nil {
+		b, err := embedded.Start(embedded.Options{Port: e.opts.EmbeddedPort, DataDir: filepath.Join(e.opts.DataDir, "kafka"),
+			Logger: e.log})
+		if err != nil {
+			return nil, err
+		}
+		e.mu.broker = b
+		e.log.Info("embedded kafka started", "brokers", b.Addrs())
+	}
+	return e.mu.broker.Addrs(), nil
+}
+
+// EmbeddedBrokers returns the embedded broker's addresses, or nil when it
+// was not started.
+func (e *Env) EmbeddedBrokers() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.broker == nil {
+		return nil
+	}
+	return e.mu.broker.Addrs()
+}
+
+// kafkaConfig maps a connection of a job file to the Kafka package's.
+func (e *Env) kafkaConfig(c pipelines.Connection) (kafka.Config, error) {
+	brokers, err := e.Brokers(c)
+	if err != nil {
+		return kafka.Config{}, err
+	}
+	cfg := kafka.Config{Brokers: brokers, ClientID: c.ClientID}
+	if t := c.TLS; t != nil {
+		cfg.TLS = &kafka.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName,
+			InsecureSkipVerify: t.InsecureSkipVerify}
+	}
+	if s := c.SASL; s != nil {
+		cfg.SASL = &kafka.SASL{Mechanism: string(s.Mechanism), Username: s.Username, Password: kafka.Secret(string(s.Password))}
+	}
+	return cfg, nil
+}
+
+// Close closes the tables and the embedded broker. Call it after every job
+// and RunExporters returned.
+func (e *Env) Close() error {
+	var errs []error
+	for _, name := range e.order {
+		errs = append(errs, e.tables[name].Close())
+	}
+	e.mu.Lock()
+	if e.mu.broker != nil {
+		e.mu.broker.Close()
+	}
+	e.mu.Unlock()
+	return errors.Join(errs...)
+}

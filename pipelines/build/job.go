@@ -1,0 +1,225 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// Row is a record inside a job built from a file.
+type Row = pipelines.Row
+
+// Job is a job built from a file, with the producers of its datagen
+// sources that write into a topic.
+type Job struct {
+	p         *pipelines.Pipeline
+	rt        *runtime.Job
+	dataDir   string
+	sources   []*kafka.Source[Row]
+	producers []*producer
+	// startID is the newest checkpoint on disk when the job was built: the
+	// job is ready once a newer one completed (restore and undo are done).
+	startID  barrier.CheckpointID
+	startAny bool
+	ready    atomic.Bool
+}
+
+// Build makes the runtime job of p. OpenTables must have opened its tables.
+func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, error) {
+	opts := p.Spec.RuntimeOptions()
+	opts.DataDir = e.opts.DataDir
+	opts.Logger = e.log
+	opts.Registerer = e.opts.Registerer
+	opts.Restore = restore
+	j := &Job{p: p, rt: runtime.NewJob(opts), dataDir: e.opts.DataDir}
+	if cps, err := ListCheckpoints(e.opts.DataDir, p.Spec.Job.Name); err == nil && len(cps) > 0 {
+		j.startID, j.startAny = cps[len(cps)-1].ID, true
+	}
+	var streams []runtime.Stream[Row]
+	for i := range p.Spec.Sources {
+		s, policy, err := e.source(j, i)
+		if err != nil {
+			return nil, fmt.Errorf("job %q source %q: %w", p.Spec.Job.Name, p.Spec.Sources[i].Name, err)
+		}
+		name := p.Spec.Sources[i].Name + "-transforms"
+		streams = append(streams, runtime.Apply(s, name, func() runtime.Operator[Row, Row] { return newTransformOp(p, policy) }))
+	}
+	out := streams[0]
+	if len(streams) > 1 {
+		out = runtime.Union("union", streams...)
+	}
+	for i, s := range p.Spec.Sinks {
+		t := p.Tables[i]
+		table, ok := e.tables[t.Spec.Name]
+		if !ok {
+			return nil, fmt.Errorf("job %q: table %q is not open", p.Spec.Job.Name, t.Spec.Name)
+		}
+		cols := make([]string, len(t.Columns))
+		for k, c := range t.Columns {
+			cols[k] = c.Name
+		}
+		if err := writer.To(out, s.Name, writer.Config{Table: table, Columns: cols}, mapper(t)); err != nil {
+			return nil, fmt.Errorf("job %q sink %q: %w", p.Spec.Job.Name, s.Name, err)
+		}
+	}
+	return j, nil
+}
+
+// source adds source i of the job and returns its stream and the policy for
+// records that fail.
+func (e *Env) source(j *Job, i int) (runtime.Stream[Row], *errorPolicy, error) {
+	p := j.p
+	src := &p.Spec.Sources[i]
+	if d := src.Datagen; d != nil {
+		gen, err := p.NewGenerator(i)
+		if err != nil {
+			return runtime.Stream[Row]{}, nil, err
+		}
+		if d.Topic == "" {
+			return runtime.FromSource(j.rt, src.Name, newGenSource(gen, d)), &errorPolicy{}, nil
+		}
+		conn, err := e.kafkaConfig(d.Kafka)
+		if err != nil {
+			return runtime.Stream[Row]{}, nil, err
+		}
+		j.producers = append(j.producers, &producer{gen: gen, rows: p.NewRowBuilder(), spec: d, conn: conn,
+			partitions: p.Spec.Job.Parallelism, log: e.log.With("job", p.Spec.Job.Name, "source", src.Name, "topic", d.Topic)})
+		conn.Topics, conn.Start, conn.Group = []string{d.Topic}, kafka.StartEarliest(), p.Spec.Job.Name
+		ks, err := kafka.NewSource(conn, kafka.JSONWith(p.NewRowBuilder().FromJSON))
+		if err != nil {
+			return runtime.Stream[Row]{}, nil, err
+		}
+		j.sources = append(j.sources, ks)
+		return runtime.FromSource(j.rt, src.Name, ks.New), &errorPolicy{}, nil
+	}
+	k := src.Kafka
+	cfg, err := e.kafkaConfig(k.Connection)
+	if err != nil {
+		return runtime.Stream[Row]{}, nil, err
+	}
+	cfg.Topics, cfg.TopicPattern, cfg.Group, cfg.DeadLetterTopic = k.Topics, k.TopicPattern, k.Group, k.DeadLetterTopic
+	cfg.ReadUncommitted = k.IsolationLevel == "read_uncommitted"
+	cfg.DiscoveryInterval = k.Discovery.Std()
+	if cfg.DiscoveryInterval == 0 {
+		cfg.DiscoveryInterval = -1 // 0s in a file: never
+	}
+	if cfg.Start, err = kafka.ParseStartPosition(string(k.StartOffset)); err != nil {
+		return runtime.Stream[Row]{}, nil, err
+	}
+	if cfg.OnDecodeError, err = kafka.ParseErrorPolicy(string(k.OnError)); err != nil {
+		return runtime.Stream[Row]{}, nil, err
+	}
+	cfg.ClientOptions = []kgo.Opt{kgo.FetchMaxBytes(int32(min(int64(k.FetchMaxBytes), 1<<31-1)))}
+	rows := p.NewRowBuilder()
+	format := kafka.JSONWith(rows.FromJSON)
+	if k.Format == pipelines.FormatRaw {
+		format = func() kafka.Decoder[Row] {
+			return func(r *kgo.Record) (Row, error) { return rows.FromRaw(r.Key, r.Value), nil }
+		}
+	}
+	ks, err := kafka.NewSource(cfg, format)
+	if err != nil {
+		return runtime.Stream[Row]{}, nil, err
+	}
+	j.sources = append(j.sources, ks)
+	policy := &errorPolicy{policy: cfg.OnDecodeError, topic: k.DeadLetterTopic}
+	if policy.policy == kafka.DeadLetter {
+		policy.conn = cfg
+	}
+	return runtime.FromSource(j.rt, src.Name, ks.New), policy, nil
+}
+
+// Name returns the job's name.
+func (j *Job) Name() string { return j.p.Spec.Job.Name }
+
+// Pipeline returns the job's validated file.
+func (j *Job) Pipeline() *pipelines.Pipeline { return j.p }
+
+// Run runs the job and its datagen producers until the job ends, Stop is
+// called, or ctx is cancelled; it returns when all of them have returned.
+// A producer that fails ends the job with its error.
+func (j *Job) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for _, pr := range j.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pr.run(ctx); err != nil && ctx.Err() == nil {
+				cancel(fmt.Errorf("datagen into topic %q: %w", pr.spec.Topic, err))
+			}
+		}()
+	}
+	err := j.rt.Run(ctx)
+	cause := context.Cause(ctx)
+	cancel(nil)
+	wg.Wait()
+	if cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("job %q: %w", j.Name(), cause)
+	}
+	return err
+}
+
+// Stop asks the job to stop with a final checkpoint.
+func (j *Job) Stop() { j.rt.Stop() }
+
+// Healthy reports whether every Kafka source reaches its brokers.
+func (j *Job) Healthy() (bool, string) {
+	var bad []string
+	for _, s := range j.sources {
+		if ok, msg := s.Healthy(); !ok {
+			bad = append(bad, msg)
+		}
+	}
+	if len(bad) > 0 {
+		return false, strings.Join(bad, "; ")
+	}
+	return true, "ok"
+}
+
+// Ready reports whether the job has completed a checkpoint since it was
+// built: restore and undo are then behind it and its sources read.
+func (j *Job) Ready() bool {
+	if j.ready.Load() {
+		return true
+	}
+	cps, err := ListCheckpoints(j.dataDir, j.Name())
+	if err != nil {
+		return false
+	}
+	for _, cp := range cps {
+		if cp.Completed && (!j.startAny || cp.ID > j.startID) {
+			j.ready.Store(true)
+			return true
+		}
+	}
+	return false
+}
+
+// CheckpointDir is the checkpoint folder of a job under a data directory.
+func CheckpointDir(dataDir, job string) string {
+	return filepath.Join(dataDir, "jobs", job, "checkpoints")
+}
+
+// ListCheckpoints lists the checkpoint folders of a job, oldest first.
+func ListCheckpoints(dataDir, job string) ([]state.Checkpoint, error) {
+	s, err := state.OpenStorage(CheckpointDir(dataDir, job))
+	if err != nil {
+		return nil, err
+	}
+	return s.List()
+}

@@ -1,0 +1,206 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// errorPolicy is a source's on_error: what happens to a record whose
+// expressions fail or that cannot be written to a table.
+type errorPolicy struct {
+	policy kafka.ErrorPolicy
+	topic  string       // dead_letter
+	conn   kafka.Config // dead_letter: the connection
+}
+
+// flushTimeout bounds the wait for dead letters at a barrier.
+const flushTimeout = 30 * time.Second
+
+// transformOp runs the steps of a job on the records of one source.
+type transformOp struct {
+	p       *pipelines.Pipeline
+	policy  *errorPolicy
+	tr      *pipelines.Transformer
+	rows    *pipelines.RowBuilder
+	dropped prometheus.Counter
+	dl      *deadLetters
+}
+
+func newTransformOp(p *pipelines.Pipeline, policy *errorPolicy) *transformOp {
+	return &transformOp{p: p, policy: policy}
+}
+
+func (o *transformOp) Open(ctx *runtime.Context) error {
+	o.tr = o.p.NewTransformer()
+	o.rows = o.p.NewRowBuilder()
+	o.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_operator_records_dropped_total",
+		Help: "Records dropped by on_error: skip.", ConstLabels: prometheus.Labels{"reason": "eval_error"}})
+	if err := ctx.Registerer.Register(o.dropped); err != nil {
+		return fmt.Errorf("register transform metrics: %w", err)
+	}
+	if o.policy.policy == kafka.DeadLetter {
+		conn, err := o.policy.conn.ConnectionOptions()
+		if err != nil {
+			return err
+		}
+		cl, err := kgo.NewClient(conn...)
+		if err != nil {
+			return fmt.Errorf("dead letter client: %w", err)
+		}
+		o.dl = &deadLetters{cl: cl, topic: o.policy.topic}
+	}
+	return nil
+}
+
+func (o *transformOp) ProcessBatch(in []Row, out *runtime.Collector[Row]) error {
+	for _, r := range in {
+		keep, err := o.tr.Apply(r)
+		if err == nil && keep {
+			err = checkTables(o.p, r)
+		}
+		if err != nil {
+			if err := o.failed(r, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if keep {
+			out.Emit(r)
+		}
+	}
+	return nil
+}
+
+// failed applies the policy to a record that failed.
+func (o *transformOp) failed(r Row, err error) error {
+	switch o.policy.policy {
+	case kafka.Skip:
+		o.dropped.Inc()
+		return nil
+	case kafka.DeadLetter:
+		o.dl.write(o.rows.AppendJSON(nil, r), err)
+		return nil
+	}
+	return fmt.Errorf("record %s: %w", o.rows.AppendJSON(nil, r), err)
+}
+
+// checkTables finds, before the record reaches a writer (where an error
+// would fail the job whatever the policy), a null primary key or a value a
+// sketch column cannot take.
+func checkTables(p *pipelines.Pipeline, r Row) error {
+	for _, t := range p.Tables {
+		for _, k := range t.Key {
+			if r[k.Slot] == nil {
+				return fmt.Errorf("%w: table %s: primary key field %s is null", pipelines.ErrEval, t.Spec.Name, k.Name)
+			}
+		}
+		for i := range t.Columns {
+			switch c := &t.Columns[i]; c.Func {
+			case "rbm32", "rbm64":
+				if _, err := c.Value(r); err != nil {
+					return fmt.Errorf("table %s: %w", t.Spec.Name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (o *transformOp) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	if o.dl == nil {
+		return state.OperatorState{}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	return state.OperatorState{}, o.dl.flush(ctx)
+}
+
+func (o *transformOp) NotifyComplete(barrier.CheckpointID) error { return nil }
+
+func (o *transformOp) Close() error {
+	if o.dl != nil {
+		o.dl.cl.Close()
+	}
+	return nil
+}
+
+// deadLetters writes failed records, as JSON of their input fields with the
+// error in a header, to a topic; flush, at every barrier, waits for them so
+// that a checkpoint never covers a record whose dead letter could be lost.
+type deadLetters struct {
+	cl    *kgo.Client
+	topic string
+	mu    struct {
+		sync.Mutex
+		err error
+	}
+}
+
+func (d *deadLetters) write(value []byte, reason error) {
+	rec := &kgo.Record{Topic: d.topic, Value: value, Headers: []kgo.RecordHeader{{Key: kafka.HeaderError, Value: []byte(reason.Error())}}}
+	d.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+		if err != nil {
+			d.mu.Lock()
+			if d.mu.err == nil {
+				d.mu.err = fmt.Errorf("write dead letter to %q: %w", d.topic, err)
+			}
+			d.mu.Unlock()
+		}
+	})
+}
+
+func (d *deadLetters) flush(ctx context.Context) error {
+	if err := d.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush dead letters to %q: %w", d.topic, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.mu.err
+	d.mu.err = nil
+	return err
+}
+
+// errNullKey is a null primary key value reaching the writer (checkTables
+// keeps it from happening).
+var errNullKey = errors.New("build: null primary key")
+
+// mapper makes the writer's row of table t from a record: the key fields as
+// table values, then each column's input (TableColumn.Value).
+func mapper(t *pipelines.Table) writer.Mapper[Row] {
+	return func(r Row, row *writer.Row) error {
+		row.Kind = writer.Insert
+		row.Key = row.Key[:0]
+		for _, k := range t.Key {
+			if r[k.Slot] == nil {
+				return fmt.Errorf("table %s field %s: %w", t.Spec.Name, k.Name, errNullKey)
+			}
+			v, err := pipelines.AggValue(k.Type, r[k.Slot])
+			if err != nil {
+				return err
+			}
+			row.Key = append(row.Key, v)
+		}
+		row.Vals = row.Vals[:0]
+		for i := range t.Columns {
+			v, err := t.Columns[i].Value(r)
+			if err != nil {
+				return err
+			}
+			row.Vals = append(row.Vals, v)
+		}
+		return nil
+	}
+}
