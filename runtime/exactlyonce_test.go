@@ -10,6 +10,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/chaos"
+	"github.com/ebbflow/ebbflow/internal/crashtest"
 	"github.com/ebbflow/ebbflow/internal/eotest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -18,14 +19,7 @@ import (
 
 var seedFlag = flag.Int64("seed", 0, "seed of the randomized exactly-once tests (0: from the clock)")
 
-func seed(t *testing.T) int64 {
-	s := *seedFlag
-	if s == 0 {
-		s = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (rerun with -seed %d)", s, s)
-	return s
-}
+func seed(t *testing.T) int64 { return crashtest.Seed(t, *seedFlag) }
 
 // runChaos runs the exactly-once job with faults and returns the oracle's
 // verdict.

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/internal/crashtest"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state/pebblestate"
 )
@@ -31,15 +30,10 @@ const (
 // TestMain lets the test binary double as the job process that the crash
 // test kills.
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(childEnv); dir != "" {
+	crashtest.Main(m, childEnv, func(dir string) error {
 		par, _ := strconv.Atoi(os.Getenv(childEnv + "_PAR"))
-		if err := runChild(dir, par); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return runChild(dir, par)
+	})
 }
 
 // runChild runs the test job with pebble state under dir until it ends.
@@ -58,46 +52,24 @@ func runChild(dir string, par int) error {
 func TestCrashProcessSIGKILL(t *testing.T) {
 	for _, par := range []int{1, 3} {
 		t.Run(fmt.Sprintf("p=%d", par), func(t *testing.T) {
-			seed := *seedFlag
-			if seed == 0 {
-				seed = time.Now().UnixNano()
-			}
-			t.Logf("seed %d (rerun with -seed %d)", seed, seed)
+			seed := crashtest.Seed(t, *seedFlag)
 			rng := rand.New(rand.NewSource(seed))
 			dir := t.TempDir()
-			start := func() *exec.Cmd {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), childEnv+"="+dir, childEnv+"_PAR="+strconv.Itoa(par))
-				cmd.Stderr = os.Stderr
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return cmd
-			}
+			env := []string{childEnv + "=" + dir, childEnv + "_PAR=" + strconv.Itoa(par)}
 			finishedEarly := 0
 			for k := 0; k < *killsFlag; k++ {
-				cmd := start()
-				wait := time.Duration(20+rng.Intn(400)) * time.Millisecond
-				done := make(chan error, 1)
-				go func() { done <- cmd.Wait() }()
-				select {
-				case err := <-done:
-					if err != nil {
-						t.Fatalf("seed %d: child failed before kill %d: %v", seed, k, err)
-					}
+				killed, err := crashtest.Start(t, env...).KillAfter(time.Duration(20+rng.Intn(400)) * time.Millisecond)
+				if err != nil {
+					t.Fatalf("seed %d: child failed before kill %d: %v", seed, k, err)
+				}
+				if !killed {
 					finishedEarly++
-				case <-time.After(wait):
-					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						t.Fatal(err)
-					}
-					<-done
 				}
 			}
 			if finishedEarly > *killsFlag/2 {
 				t.Fatalf("seed %d: the job finished before %d of %d kills: the kills did not hit it running", seed, finishedEarly, *killsFlag)
 			}
-			cmd := start()
-			if err := cmd.Wait(); err != nil {
+			if err := crashtest.Start(t, env...).Wait(2 * time.Minute); err != nil {
 				t.Fatalf("seed %d: final run: %v", seed, err)
 			}
 			if err := Check(filepath.Join(dir, "out"), count, keys); err != nil {

@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/chaos"
+	"github.com/ebbflow/ebbflow/internal/crashtest"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
@@ -51,16 +50,7 @@ func jobsOf(mode string) map[string][]string {
 	return map[string][]string{"sums": nil}
 }
 
-func TestMain(m *testing.M) {
-	if dir := os.Getenv(crashEnv); dir != "" {
-		if err := crashChild(dir); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { crashtest.Main(m, crashEnv, crashChild) }
 
 // mapperFor maps an event to the values of the named columns.
 func mapperFor(cols []string) writer.Mapper[operators.Event] {
@@ -191,20 +181,11 @@ type harness struct {
 	extra   []string
 }
 
-func (h *harness) start(extra ...string) (*exec.Cmd, chan error) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashEnv+"="+h.dir, crashEnv+"_PAR="+strconv.Itoa(h.par),
-		crashEnv+"_BROKERS="+strings.Join(h.brokers, ","), crashEnv+"_TOPIC="+h.topic,
-		crashEnv+"_MODE="+h.mode, crashEnv+"_SEED="+strconv.FormatInt(h.seed, 10))
-	cmd.Env = append(cmd.Env, h.extra...)
-	cmd.Env = append(cmd.Env, extra...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		h.t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	return cmd, done
+func (h *harness) start(extra ...string) *crashtest.Child {
+	env := append([]string{crashEnv + "=" + h.dir, crashEnv + "_PAR=" + strconv.Itoa(h.par),
+		crashEnv + "_BROKERS=" + strings.Join(h.brokers, ","), crashEnv + "_TOPIC=" + h.topic,
+		crashEnv + "_MODE=" + h.mode, crashEnv + "_SEED=" + strconv.FormatInt(h.seed, 10)}, h.extra...)
+	return crashtest.Start(h.t, append(env, extra...)...)
 }
 
 // produce writes events [from, to) as JSON, each key to its own partition.
@@ -241,28 +222,14 @@ func (h *harness) run(olderCheckpoint bool) {
 		if olderCheckpoint && k == kills/2 {
 			extra = h.olderCheckpoints()
 		}
-		cmd, done := h.start(extra...)
-		select {
-		case err := <-done:
+		killed, err := h.start(extra...).KillAfter(time.Duration(50+rng.Intn(400)) * time.Millisecond)
+		if !killed {
 			t.Fatalf("seed %d: child ended before kill %d: %v", h.seed, k, err)
-		case <-time.After(time.Duration(50+rng.Intn(400)) * time.Millisecond):
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			<-done
 		}
 	}
 	<-produced
-	cmd, done := h.start(crashEnv + "_FINAL=" + strconv.Itoa(crashCount))
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("seed %d: final run: %v", h.seed, err)
-		}
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		t.Logf("seed %d: the final run did not reach %d records in the table", h.seed, crashCount)
+	if err := h.start(crashEnv + "_FINAL=" + strconv.Itoa(crashCount)).Wait(90 * time.Second); err != nil {
+		t.Logf("seed %d: final run: %v (the table is checked as it is)", h.seed, err)
 	}
 }
 
@@ -305,11 +272,7 @@ func (h *harness) table() *aggmerge.Table {
 }
 
 func newHarness(t *testing.T, par int, mode string, extra ...string) *harness {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (rerun with -seed %d)", seed, seed)
+	seed := crashtest.Seed(t, *seedFlag)
 	brokers := kafkatest.Brokers(t)
 	return &harness{t: t, seed: seed, dir: t.TempDir(), brokers: brokers,
 		topic: kafkatest.NewTopic(t, brokers, crashParts), par: par, mode: mode, extra: extra}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/internal/chaos"
+	"github.com/ebbflow/ebbflow/internal/crashtest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -19,14 +20,7 @@ import (
 
 var seedFlag = flag.Int64("seed", 0, "seed of the randomized tests (0: from the clock)")
 
-func seed(t *testing.T) int64 {
-	s := *seedFlag
-	if s == 0 {
-		s = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (rerun with -seed %d)", s, s)
-	return s
-}
+func seed(t *testing.T) int64 { return crashtest.Seed(t, *seedFlag) }
 
 // keys is a multiple of the sequence's 8 splits, so every key's records come
 // from one split, in seq order: last_value and listagg have one exact answer.
