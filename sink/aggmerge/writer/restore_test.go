@@ -34,7 +34,7 @@ type restoreRun struct {
 	restore  runtime.RestorePoint
 	interval time.Duration
 	retain   int
-	log      *undoLog
+	log      *writer.ProgressLog
 	hold     *hold
 	// during runs while the job runs and may stop or cancel it; it must
 	// return once ctx is done.
@@ -88,74 +88,6 @@ func newHold(t *testing.T) *hold {
 
 func (h *hold) wait() { <-h.release }
 func (h *hold) open() { h.once.Do(func() { close(h.release) }) }
-
-// undoLog captures the "undo finished" records the sink logs.
-type undoLog struct {
-	mu   sync.Mutex
-	done []undoProgress
-	ch   chan struct{} // receives one value per record, never blocking
-}
-
-type undoProgress struct {
-	buckets, scanned, restored int64
-}
-
-func newUndoLog() *undoLog { return &undoLog{ch: make(chan struct{}, 64)} }
-
-func (l *undoLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *undoLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *undoLog) WithGroup(string) slog.Handler            { return l }
-func (l *undoLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "undo finished" {
-		return nil
-	}
-	var p undoProgress
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "buckets":
-			p.buckets = a.Value.Int64()
-		case "entries_scanned":
-			p.scanned = a.Value.Int64()
-		case "keys_restored":
-			p.restored = a.Value.Int64()
-		}
-		return true
-	})
-	l.mu.Lock()
-	l.done = append(l.done, p)
-	l.mu.Unlock()
-	select {
-	case l.ch <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// waitUndone waits until n subtasks logged the end of their undo and
-// returns their progress summed.
-func (l *undoLog) waitUndone(n int) (undoProgress, error) {
-	deadline := time.After(30 * time.Second)
-	for {
-		l.mu.Lock()
-		done := append([]undoProgress(nil), l.done...)
-		l.mu.Unlock()
-		if len(done) >= n {
-			var sum undoProgress
-			for _, p := range done {
-				sum.buckets += p.buckets
-				sum.scanned += p.scanned
-				sum.restored += p.restored
-			}
-			return sum, nil
-		}
-		select {
-		case <-l.ch:
-		case <-time.After(10 * time.Millisecond):
-		case <-deadline:
-			return undoProgress{}, fmt.Errorf("%d of %d subtasks finished undo in 30s", len(done), n)
-		}
-	}
-}
 
 // baselinesAt reads the sink's baselines from checkpoint id of the job.
 func baselinesAt(t *testing.T, dataDir string, id barrier.CheckpointID) map[int]uint64 {
@@ -255,15 +187,15 @@ func restoreAndCheck(t *testing.T, tbl *aggmerge.Table, dataDir string, par int,
 	}
 	want := rowsAt(t, tbl, base)
 	r := restoreRun{par: par, count: count, restore: runtime.RestoreCheckpoint(id), interval: 20 * time.Millisecond,
-		log: newUndoLog(), hold: newHold(t)}
+		log: writer.NewProgressLog(), hold: newHold(t)}
 	// The held run is checked from its own goroutine, which must not stop
 	// the test: it reports, the test goroutine fails.
-	var progress undoProgress
+	var progress writer.Progress
 	var atUndo map[int64][]string
 	var heldErr error
 	r.during = func(ctx context.Context, _ *runtime.Job, _ context.CancelFunc) {
 		defer r.hold.open()
-		if progress, heldErr = r.log.waitUndone(par); heldErr == nil {
+		if progress, heldErr = r.log.WaitUndone(par); heldErr == nil {
 			atUndo, heldErr = tableRows(tbl)
 		}
 	}
@@ -278,11 +210,11 @@ func restoreAndCheck(t *testing.T, tbl *aggmerge.Table, dataDir string, par int,
 		t.Errorf("after undo at parallelism %d the table differs from checkpoint %d's (%d rows, want %d)", par, id, len(atUndo), len(want))
 	}
 	p := progress
-	if p.buckets != int64(tbl.Schema().Buckets) || p.scanned != wantEntries || p.restored != wantKeys {
+	if p.Buckets != int64(tbl.Schema().Buckets) || p.Scanned != wantEntries || p.Restored != wantKeys {
 		t.Errorf("undo progress: %d buckets, %d entries scanned, %d keys restored; want %d, %d, %d",
-			p.buckets, p.scanned, p.restored, tbl.Schema().Buckets, wantEntries, wantKeys)
+			p.Buckets, p.Scanned, p.Restored, tbl.Schema().Buckets, wantEntries, wantKeys)
 	}
-	t.Logf("restored checkpoint %d at parallelism %d: %d entries scanned, %d keys restored", id, par, p.scanned, p.restored)
+	t.Logf("restored checkpoint %d at parallelism %d: %d entries scanned, %d keys restored", id, par, p.Scanned, p.Restored)
 	checkTable(t, tbl, expected(count))
 }
 

@@ -1,23 +1,35 @@
 package writer
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // TestUndoScripts runs the scripts in testdata/undo. Commands:
 //
 //	table buckets=<n> cols=<name>:<func>[:int|string],... [delete=ignore|reject|allow]
-//	write writer=<job>/<sink>#<i> cols=<c>,... key=<k> [vals=<v>,...] [mode=aggregate|retract|overwrite] [delete]
-//	baseline sink=<job>/<sink>#
+//	write writer=<job>/<sink>#<i> cols=<c>,... key=<k> [vals=<v>,...] [mode=aggregate|retract|overwrite] [delete] [epoch=<e>]
+//	baseline sink=<job>/<sink># [parallelism=<p>]
 //	undo sink=<job>/<sink># [checkpoint=<n>] [crash-after=<keys>]
+//	open sink=<job>/<sink># [parallelism=<p>]
+//	restore sink=<job>/<sink># [parallelism=<p>] [checkpoint=<n>] [claim=<bucket>@<offset>] [as-sink=<job>/<sink>] [foreign]
+//	corrupt sink=<job>/<sink># checkpoint=<n> bucket=<b> offset=<o>|missing
+//	truncate bucket=<b> [below=<offset>]
+//	recreate
 //	rows
 //	log bucket=<b> [from=<offset>]
 //	snapshot name=<s>
@@ -31,8 +43,20 @@ import (
 // the checkpoint (the latest by default) to the current end, apply as
 // writer <sink>0; crash-after applies only the first keys of the plans, as a
 // crash in the middle of undo would leave the table, and stops. The sink's
-// columns are those of its first write. Values: integers or strings per
-// column type, null for a written null. Rewrite the expected output with
+// columns are those of its first write. open opens the real sink's
+// subtasks 0..p-1 (default 1) fresh, as a first run does: they register.
+// restore opens the real sink's
+// subtasks 0..p-1 (default 1) on the checkpoint's state, as the runtime
+// does on restore: one union item per subtask of the parallelism the
+// baseline was taken at (claim adds an item of one more subtask claiming a
+// bucket; as-sink and foreign make the items another sink's or another
+// table's); it prints each subtask's logged progress or its error, with the
+// table's directory and ids replaced by <table>, <id> and <old-id>. A write
+// takes the epoch the writer last registered, unless given. corrupt edits
+// a recorded baseline; truncate drops a bucket's log below an offset (its
+// end by default); recreate replaces the table by a new one of the same
+// schema in the same directory. Values: integers or strings per column
+// type, null for a written null. Rewrite the expected output with
 // `go test ./sink/aggmerge/writer -run TestUndoScripts -rewrite`, then
 // review the diff line by line.
 func TestUndoScripts(t *testing.T) {
@@ -64,6 +88,27 @@ func TestUndoScripts(t *testing.T) {
 			case "reopen":
 				s.reopen()
 				return ""
+			case "open":
+				return s.openSinks(d, nil, 0)
+			case "restore":
+				return s.restore(d)
+			case "corrupt":
+				s.corrupt(d)
+				return ""
+			case "truncate":
+				b := intArg(t, d, "bucket", 0)
+				_, end, err := s.tbl.LogOffsets(b)
+				if err != nil {
+					d.Fatalf(t, "%v", err)
+				}
+				if err := s.tbl.Truncate(b, uint64(intArg(t, d, "below", int(end)))); err != nil {
+					return fmt.Sprintf("error: %v\n", err)
+				}
+				start, _, _ := s.tbl.LogOffsets(b)
+				return fmt.Sprintf("bucket %d: log starts at %d\n", b, start)
+			case "recreate":
+				s.recreate()
+				return ""
 			}
 			d.Fatalf(t, "unknown command %q", d.Cmd)
 			return ""
@@ -72,12 +117,21 @@ func TestUndoScripts(t *testing.T) {
 }
 
 type script struct {
-	t     *testing.T
-	dir   string
-	tbl   *aggmerge.Table
-	cols  map[string][]string   // sink prefix -> its columns
-	ckpts map[string][][]uint64 // sink prefix -> baselines of checkpoints 1, 2, ...
-	snaps map[string]string
+	t      *testing.T
+	dir    string
+	schema aggmerge.Schema
+	tbl    *aggmerge.Table
+	oldIDs []string                       // ids of tables recreate replaced
+	cols   map[string][]string            // sink prefix -> its columns
+	ckpts  map[string][]*scriptCheckpoint // sink prefix -> checkpoints 1, 2, ...
+	snaps  map[string]string
+}
+
+// scriptCheckpoint is what the sink's checkpoint saved, whole.
+type scriptCheckpoint struct {
+	base    map[int]uint64
+	par     int // parallelism the baselines were taken at
+	tableID string
 }
 
 func (s *script) close() {
@@ -125,12 +179,12 @@ func (s *script) table(d *datadriven.TestData) string {
 		}
 		sch.Values = append(sch.Values, aggmerge.Column{Name: parts[0], Type: typ, Func: parts[1]})
 	}
-	s.dir = t.TempDir()
+	s.dir, s.schema, s.oldIDs = t.TempDir(), sch, nil
 	var err error
 	if s.tbl, err = aggmerge.Open(s.dir, sch, aggmerge.Options{}); err != nil {
 		d.Fatalf(t, "open: %v", err)
 	}
-	s.cols, s.ckpts, s.snaps = map[string][]string{}, map[string][][]uint64{}, map[string]string{}
+	s.cols, s.ckpts, s.snaps = map[string][]string{}, map[string][]*scriptCheckpoint{}, map[string]string{}
 	return ""
 }
 
@@ -156,6 +210,12 @@ func sinkOf(t *testing.T, d *datadriven.TestData, writer string) string {
 func (s *script) write(d *datadriven.TestData) string {
 	t, tbl := s.t, s.tbl
 	w := aggmerge.Writer{ID: arg(t, d, "writer"), Epoch: 1}
+	for _, r := range tbl.Writers() {
+		if r.Writer == w.ID {
+			w.Epoch = r.Epoch
+		}
+	}
+	w.Epoch = uint64(intArg(t, d, "epoch", int(w.Epoch)))
 	cols := strings.Split(arg(t, d, "cols"), ",")
 	sink := sinkOf(t, d, w.ID)
 	if prev, ok := s.cols[sink]; !ok {
@@ -194,7 +254,7 @@ func (s *script) write(d *datadriven.TestData) string {
 	}
 	before := tbl.LogEnds()
 	if _, err := tbl.Apply(b); err != nil {
-		return fmt.Sprintf("error: %v\n", err)
+		return fmt.Sprintf("error: %s\n", s.anonymize(err.Error()))
 	}
 	var out strings.Builder
 	for bk, from := range before {
@@ -235,28 +295,36 @@ func (s *script) parseVals(d *datadriven.TestData, cols, raw []string) []agg.Val
 
 func (s *script) baseline(d *datadriven.TestData) string {
 	sink := arg(s.t, d, "sink")
-	ends := s.tbl.LogEnds()
-	s.ckpts[sink] = append(s.ckpts[sink], ends)
-	return fmt.Sprintf("checkpoint %d: %s\n", len(s.ckpts[sink]), formatEnds(ends))
+	c := &scriptCheckpoint{base: map[int]uint64{}, par: intArg(s.t, d, "parallelism", 1), tableID: s.tbl.ID().String()}
+	for b, e := range s.tbl.LogEnds() {
+		c.base[b] = e
+	}
+	s.ckpts[sink] = append(s.ckpts[sink], c)
+	return fmt.Sprintf("checkpoint %d: %s\n", len(s.ckpts[sink]), formatBase(c.base))
 }
 
-func formatEnds(ends []uint64) string {
-	parts := make([]string, len(ends))
-	for b, e := range ends {
-		parts[b] = fmt.Sprintf("b%d@%d", b, e)
+func formatBase(base map[int]uint64) string {
+	var parts []string
+	for _, b := range slices.Sorted(maps.Keys(base)) {
+		parts = append(parts, fmt.Sprintf("b%d@%d", b, base[b]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// checkpoint returns checkpoint n of the sink (the latest when n is 0).
+func (s *script) checkpoint(d *datadriven.TestData, sink string) (int, *scriptCheckpoint) {
+	ckpts := s.ckpts[sink]
+	n := intArg(s.t, d, "checkpoint", len(ckpts))
+	if n < 1 || n > len(ckpts) {
+		d.Fatalf(s.t, "sink %s has no checkpoint %d", sink, n)
+	}
+	return n, ckpts[n-1]
 }
 
 func (s *script) undo(d *datadriven.TestData) string {
 	t, tbl := s.t, s.tbl
 	sink := arg(t, d, "sink")
-	ckpts := s.ckpts[sink]
-	n := intArg(t, d, "checkpoint", len(ckpts))
-	if n < 1 || n > len(ckpts) {
-		d.Fatalf(t, "sink %s has no checkpoint %d", sink, n)
-	}
-	base := ckpts[n-1]
+	n, c := s.checkpoint(d, sink)
 	names := s.cols[sink]
 	var cols []int
 	for _, c := range names {
@@ -265,7 +333,8 @@ func (s *script) undo(d *datadriven.TestData) string {
 	crashAfter := intArg(t, d, "crash-after", -1)
 	w := aggmerge.Writer{ID: sink + "0", Epoch: 1}
 	var out strings.Builder
-	for b, from := range base {
+	for b := range tbl.Schema().Buckets {
+		from := c.base[b]
 		_, end, err := tbl.LogOffsets(b)
 		if err != nil {
 			d.Fatalf(t, "%v", err)
@@ -393,4 +462,118 @@ func (s *script) image(vals []agg.Value) string {
 		}
 	}
 	return "{" + strings.Join(parts, " ") + "}"
+}
+
+func (s *script) restore(d *datadriven.TestData) string {
+	t, tbl := s.t, s.tbl
+	prefix := arg(t, d, "sink")
+	name := strings.TrimSuffix(prefix, "#")
+	n, c := s.checkpoint(d, prefix)
+	items := make([]snapshotState, c.par)
+	for i := range items {
+		items[i] = snapshotState{Version: stateVersion, Table: s.dir, TableID: c.tableID, Sink: name,
+			Subtask: i, Parallelism: c.par, Buckets: tbl.Schema().Buckets, Baselines: map[int]uint64{}}
+	}
+	for b, off := range c.base {
+		items[Owner(b, c.par)].Baselines[b] = off
+	}
+	if d.HasArg("claim") {
+		var b int
+		var off uint64
+		if _, err := fmt.Sscanf(arg(t, d, "claim"), "%d@%d", &b, &off); err != nil {
+			d.Fatalf(t, "claim: %v", err)
+		}
+		extra := items[0]
+		extra.Subtask, extra.Baselines = c.par, map[int]uint64{b: off}
+		items = append(items, extra)
+	}
+	var raw [][]byte
+	for _, it := range items {
+		if d.HasArg("as-sink") {
+			it.Sink = arg(t, d, "as-sink")
+		}
+		if d.HasArg("foreign") {
+			it.Table, it.TableID = "other-table", "00000000-0000-0000-0000-00000000beef"
+		}
+		r, err := it.encode()
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		raw = append(raw, r)
+	}
+	return s.openSinks(d, raw, barrier.CheckpointID(n))
+}
+
+// openSinks opens the subtasks of the sink, restoring items of checkpoint
+// n unless items is nil, and prints what each did.
+func (s *script) openSinks(d *datadriven.TestData, items [][]byte, n barrier.CheckpointID) string {
+	t := s.t
+	prefix := arg(t, d, "sink")
+	job, op, ok := strings.Cut(strings.TrimSuffix(prefix, "#"), "/")
+	if !ok || !strings.HasSuffix(prefix, "#") {
+		d.Fatalf(t, "sink %q: want <job>/<sink>#", prefix)
+	}
+	par := intArg(t, d, "parallelism", 1)
+	progress := NewProgressLog()
+	var out strings.Builder
+	for i := range par {
+		cfg := Config{Table: s.tbl, Columns: s.cols[prefix]}
+		cfg.setDefaults()
+		sk := newSink(cfg, func(v Row, r *Row) error { *r = v; return nil })
+		ctx := &runtime.Context{Job: job, Operator: op, Subtask: i, Parallelism: par, Logger: slog.New(progress)}
+		if items != nil {
+			ctx.Restored, ctx.RestoredOK = n, true
+			ctx.State = state.OperatorState{Unions: map[string][][]byte{stateList: items}}
+		}
+		fmt.Fprintf(&out, "subtask %d of %d: ", i, par)
+		if err := sk.Open(ctx); err != nil {
+			if !errors.Is(err, runtime.ErrRestore) {
+				d.Fatalf(t, "the error does not wrap runtime.ErrRestore: %v", err)
+			}
+			out.WriteString("error: " + s.anonymize(err.Error()) + "\n")
+			continue
+		}
+		fmt.Fprintf(&out, "buckets %v, epoch %d", sk.owned, sk.w.Epoch)
+		for _, p := range progress.Take() {
+			fmt.Fprintf(&out, ", %d entries scanned, %d keys restored", p.Scanned, p.Restored)
+		}
+		out.WriteString("\n")
+	}
+	return out.String()
+}
+
+// anonymize replaces the table's directory and ids in a message.
+func (s *script) anonymize(msg string) string {
+	msg = strings.ReplaceAll(msg, s.dir, "<table>")
+	msg = strings.ReplaceAll(msg, s.tbl.ID().String(), "<id>")
+	for _, id := range s.oldIDs {
+		msg = strings.ReplaceAll(msg, id, "<old-id>")
+	}
+	return msg
+}
+
+func (s *script) corrupt(d *datadriven.TestData) {
+	t := s.t
+	_, c := s.checkpoint(d, arg(t, d, "sink"))
+	b := intArg(t, d, "bucket", 0)
+	if arg(t, d, "offset") == "missing" {
+		delete(c.base, b)
+		return
+	}
+	c.base[b] = uint64(intArg(t, d, "offset", 0))
+}
+
+func (s *script) recreate() {
+	t := s.t
+	s.oldIDs = append(s.oldIDs, s.tbl.ID().String())
+	if err := s.tbl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if s.tbl, err = aggmerge.Open(s.dir, s.schema, aggmerge.Options{}); err != nil {
+		t.Fatal(err)
+	}
 }
