@@ -82,7 +82,7 @@ func (a *attempt) openTasks(tasks []*task) ([]*task, error) {
 	opts := a.job.opts
 	for i, t := range tasks {
 		for k, n := range t.chain.nodes {
-			ctx := &Context{Job: opts.Name, Operator: n.uid, Subtask: t.subtask, Parallelism: n.parallelism,
+			ctx := &Context{ctx: a.ctx, Job: opts.Name, Operator: n.uid, Subtask: t.subtask, Parallelism: n.parallelism,
 				MaxParallelism: opts.MaxParallelism, Attempt: a.number, timers: t.timers, link: k,
 				Dir:        filepath.Join(a.jobDir, "operators", n.uid, strconv.Itoa(t.subtask)),
 				Logger:     t.log.With("operator", n.uid),

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -34,6 +35,16 @@ type Context struct {
 
 	timers *timerSet
 	link   int
+	ctx    context.Context
+}
+
+// Context returns a context cancelled when this run of the job ends (stop,
+// failure, or Run's context): for bounding blocking work in Open.
+func (c *Context) Context() context.Context {
+	if c.ctx == nil {
+		return context.Background()
+	}
+	return c.ctx
 }
 
 // SetTimer asks for one OnTimer call (see TimerHandler) at or after t, on the

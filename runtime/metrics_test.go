@@ -30,3 +30,19 @@ func counter(t *testing.T, reg *prometheus.Registry, name, status string) float6
 	t.Fatalf("metric %s{status=%q} not found", name, status)
 	return 0
 }
+
+// restarts returns the job's restart count.
+func restarts(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ebbflow_job_restarts_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("ebbflow_job_restarts_total not registered")
+	return 0
+}

@@ -222,3 +222,35 @@ func TestNoRecordBeforeInitialCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// failingOp fails every batch.
+type failingOp struct{ err error }
+
+func (f failingOp) Open(*runtime.Context) error { return nil }
+func (f failingOp) ProcessBatch([]operators.Event, *runtime.Collector[operators.Event]) error {
+	return f.err
+}
+func (f failingOp) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (f failingOp) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (f failingOp) Close() error                              { return nil }
+
+// TestPermanentErrorEndsWithoutRestart: a Permanent error is not retried.
+func TestPermanentErrorEndsWithoutRestart(t *testing.T) {
+	reg := newRegistry()
+	j := runtime.NewJob(runtime.Options{Name: "permanent", Registerer: reg,
+		Restart: runtime.RestartOptions{MaxAttempts: 5, InitialBackoff: time.Millisecond}})
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 100}))
+	bad := runtime.Apply(src, "bad", func() runtime.Operator[operators.Event, operators.Event] {
+		return failingOp{runtime.Permanent(errors.New("record 7 is undecodable"))}
+	})
+	runtime.SinkTo(bad, "discard", operators.NewDiscard[operators.Event](nil))
+	err := j.Run(context.Background())
+	if !errors.Is(err, runtime.ErrPermanent) || !strings.Contains(err.Error(), "record 7") {
+		t.Fatalf("run: %v, want the permanent error", err)
+	}
+	if n := restarts(t, reg); n != 0 {
+		t.Fatalf("%v restarts after a permanent error, want 0", n)
+	}
+}

@@ -19,6 +19,19 @@ import (
 // incompatible state): restarting will not help.
 var ErrRestore = errors.New("runtime: restore failed")
 
+// ErrPermanent marks a failure that a restart cannot mend (a record the job
+// is told to fail on, a configuration the sink refuses): the job ends at once
+// instead of restarting. Wrap errors with Permanent.
+var ErrPermanent = errors.New("runtime: permanent failure")
+
+// Permanent marks err as not worth a restart.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrPermanent, err)
+}
+
 // Run runs the job until its bounded sources end, Stop is called, or ctx is
 // cancelled, restarting in-process from the latest completed checkpoint after
 // a failure. It returns only when every goroutine it started has ended.
@@ -78,7 +91,7 @@ func (j *Job) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, ErrRestore) || att.stopping.Load() {
+		if errors.Is(err, ErrRestore) || errors.Is(err, ErrPermanent) || att.stopping.Load() {
 			return fmt.Errorf("job %q: %w", j.opts.Name, err)
 		}
 		if att.progressed.Load() {
