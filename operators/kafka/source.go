@@ -222,7 +222,8 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (map[topicPartition]int64
 		}
 	}
 	cfg := &r.src.cfg
-	deadline, cancel := context.WithTimeout(r.bg, cfg.StartTimeout)
+	// Bounded by StartTimeout, and by the run: cancelling it ends the wait.
+	deadline, cancel := context.WithTimeout(ctx.Context(), cfg.StartTimeout)
 	defer cancel()
 	backoff := 100 * time.Millisecond
 	for {
@@ -326,7 +327,8 @@ func (r *reader[T]) undecodable(rec *kgo.Record, err error) error {
 		r.dlq.write(rec, err)
 		return nil
 	}
-	return fmt.Errorf("%w: topic %q partition %d offset %d: %w", ErrDecode, rec.Topic, rec.Partition, rec.Offset, err)
+	// A restart would read the same record again: fail for good.
+	return runtime.Permanent(fmt.Errorf("%w: topic %q partition %d offset %d: %w", ErrDecode, rec.Topic, rec.Partition, rec.Offset, err))
 }
 
 // poll waits up to pollWait for fetches and queues their records.
