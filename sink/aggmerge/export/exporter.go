@@ -241,9 +241,15 @@ func firstErr(a, b error) error {
 	return b
 }
 
-// classify marks the errors that mean another exporter took over.
+// classify marks the errors that mean another exporter with the same
+// transactional id took over: its InitProducerID bumped the epoch, so ours
+// is refused (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH on produce).
+// Re-initialising would fence it in turn, and the two would take turns
+// forever; the older one stops instead. A transaction the broker aborted
+// on timeout (an exporter stalled longer than the transaction timeout)
+// looks the same and stops the exporter too: its owner restarts it.
 func classify(err error) error {
-	if errors.Is(err, kerr.ProducerFenced) {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -314,3 +315,53 @@ func TestExportRefusesRecreatedTable(t *testing.T) {
 }
 
 func decimalOf(cents int) decimal.Decimal { return decimal.New(int64(cents), -2) }
+
+// TestExportZombieFenced: a second exporter of the same table (same
+// transactional id) fences the first, which stops with ErrFenced instead
+// of fighting back; the topic still holds every change once.
+func TestExportZombieFenced(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	tbl := openTable(t, t.TempDir())
+	topic := kafkatest.NewTopic(t, brokers, testBuckets)
+	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: Uncommitted, MaxRecordsPerTxn: 5}
+	w := newMultiWriter(t, tbl, 4)
+	w.batch(20)
+	zcfg := cfg
+	zcfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	zombie, err := New(zcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zctx, zcancel := context.WithCancel(context.Background())
+	defer zcancel()
+	zdone := make(chan error, 1)
+	go func() { zdone <- zombie.Run(zctx) }()
+	waitExported(t, zombie, tbl)
+
+	x, stop := startExporter(t, cfg)
+	waitExported(t, x, tbl)
+	fenced := false
+	for i := 0; !fenced; i++ {
+		w.batch(5) // both try to export these
+		select {
+		case err := <-zdone:
+			if !errors.Is(err, ErrFenced) {
+				t.Fatalf("zombie exporter: %v, want ErrFenced", err)
+			}
+			fenced = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if i == 3000 {
+			t.Fatal("the zombie exporter still runs 30 s after it was fenced")
+		}
+	}
+	waitExported(t, x, tbl)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeAll(t, brokers, topic), UpsertJSON), changeOffsets(t, tbl))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
