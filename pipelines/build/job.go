@@ -154,6 +154,14 @@ func (j *Job) Pipeline() *pipelines.Pipeline { return j.p }
 func (j *Job) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	for _, pr := range j.producers {
+		// The topic exists before the job's Kafka source looks it up, or
+		// the broker might create it on that lookup with its default
+		// partition count.
+		if err := pr.createTopic(ctx); err != nil {
+			return fmt.Errorf("job %q: datagen into topic %q: %w", j.Name(), pr.spec.Topic, err)
+		}
+	}
 	var wg sync.WaitGroup
 	for _, pr := range j.producers {
 		wg.Add(1)
@@ -209,6 +217,10 @@ func (j *Job) Ready() bool {
 	}
 	return false
 }
+
+// Restoring reports whether the job started from a data directory holding
+// checkpoints (and so restores and undoes before it reads).
+func (j *Job) Restoring() bool { return j.startAny }
 
 // CheckpointDir is the checkpoint folder of a job under a data directory.
 func CheckpointDir(dataDir, job string) string {

@@ -105,10 +105,33 @@ func (p *producer) run(ctx context.Context) error {
 	return mu.err
 }
 
+// createTopic makes sure the topic exists.
+func (p *producer) createTopic(ctx context.Context) error {
+	conn, err := p.conn.ConnectionOptions()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, err = p.ensureTopic(ctx, kadm.NewClient(cl))
+	return err
+}
+
 // ensureTopic creates the topic when absent, with one partition per
-// subtask, and returns its partition count.
+// subtask, and returns its partition count. It creates first: listing a
+// missing topic makes the client retry for seconds.
 func (p *producer) ensureTopic(ctx context.Context, adm *kadm.Client) (int, error) {
 	topic := p.spec.Topic
+	resp, err := adm.CreateTopic(ctx, int32(p.partitions), -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return 0, fmt.Errorf("create topic %q: %w", topic, err)
+	}
 	for {
 		details, err := adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -116,13 +139,6 @@ func (p *producer) ensureTopic(ctx context.Context, adm *kadm.Client) (int, erro
 		}
 		if d, ok := details[topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
 			return len(d.Partitions), nil
-		}
-		resp, err := adm.CreateTopic(ctx, int32(p.partitions), -1, nil, topic)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return 0, fmt.Errorf("create topic %q: %w", topic, err)
 		}
 		select {
 		case <-ctx.Done():

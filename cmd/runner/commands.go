@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/pipelines/build"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+func newValidateCmd() *cobra.Command {
+	var files, sets []string
+	var output string
+	cmd := &cobra.Command{
+		Use:   "validate -f job.yaml [-f more.yaml]",
+		Short: "Check job files; every problem is reported as file:line:col: path: message",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return usageErr("output %q: want text or json", output)
+			}
+			fs, err := pipelines.ReadFiles(files...)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			ps, err := pipelines.Load(fs, pipelines.Options{Set: sets})
+			var errs pipelines.Errors
+			if err != nil && !errors.As(err, &errs) {
+				return &exitError{code: exitUsage, err: err}
+			}
+			w := cmd.OutOrStdout()
+			if output == "json" {
+				if errs == nil {
+					errs = pipelines.Errors{}
+				}
+				b, _ := json.MarshalIndent(errs, "", "  ")
+				fmt.Fprintln(w, string(b))
+			} else if err != nil {
+				fmt.Fprintln(w, err)
+			} else {
+				for _, p := range ps {
+					fmt.Fprintf(w, "%s: job %q is valid\n", p.File, p.Spec.Job.Name)
+				}
+			}
+			if err != nil {
+				return &exitError{code: exitUsage, err: fmt.Errorf("%d problem(s) found", len(errs))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "job file (repeatable)")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override path=value (repeatable)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json ([{file,line,column,path,message}])")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+func newCheckpointsCmd() *cobra.Command {
+	var dataDir, job string
+	cmd := &cobra.Command{Use: "checkpoints", Short: "List, inspect and prune a job's checkpoints"}
+	list := &cobra.Command{Use: "list", Short: "List the checkpoints, oldest first",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cps, err := listCheckpoints(dataDir, job)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tCOMPLETED\tTIME\tFINAL\tERROR")
+			for _, c := range cps {
+				t := ""
+				if !c.Time.IsZero() {
+					t = c.Time.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%d\t%v\t%s\t%v\t%s\n", c.ID, c.Completed, t, c.Final, c.Error)
+			}
+			return tw.Flush()
+		}}
+	inspect := &cobra.Command{Use: "inspect ID|latest", Short: "Print a checkpoint's metadata (verified) as JSON", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := openStorage(dataDir, job)
+			if err != nil {
+				return err
+			}
+			var md state.Metadata
+			if args[0] == "latest" {
+				md, _, err = s.Latest()
+			} else {
+				id, perr := strconv.ParseUint(args[0], 10, 64)
+				if perr != nil {
+					return usageErr("checkpoint %q: want an id or latest", args[0])
+				}
+				md, err = s.Load(barrier.CheckpointID(id))
+			}
+			if err != nil {
+				return err
+			}
+			b, err := json.MarshalIndent(md, "", "  ")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			return nil
+		}}
+	var keep int
+	prune := &cobra.Command{Use: "prune --keep N", Short: "Keep the N newest completed checkpoints; remove older and incomplete ones (runner stopped)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keep < 1 {
+				return usageErr("--keep %d: keep at least 1", keep)
+			}
+			unlock, err := lockDataDir(dataDir)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			s, err := openStorage(dataDir, job)
+			if err != nil {
+				return err
+			}
+			return s.Retain(keep)
+		}}
+	prune.Flags().IntVar(&keep, "keep", 3, "completed checkpoints to keep")
+	for _, c := range []*cobra.Command{list, inspect, prune} {
+		c.Flags().StringVar(&dataDir, "data-dir", "./data", "the runner's data directory")
+		c.Flags().StringVar(&job, "job", "", "job name")
+		_ = c.MarkFlagRequired("job")
+		if c.Args == nil {
+			c.Args = noArgs
+		}
+		cmd.AddCommand(c)
+	}
+	return cmd
+}
+
+func openStorage(dataDir, job string) (*state.Storage, error) {
+	dir := build.CheckpointDir(dataDir, job)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("job %q has no checkpoints in %s: %w", job, dataDir, err)
+	}
+	return state.OpenStorage(dir)
+}
+
+func newChangelogCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "changelog", Short: "Read a table's changelog topic"}
+	var brokers []string
+	var topic, from, dataDir string
+	var n int
+	tail := &cobra.Command{Use: "tail --topic T", Short: "Print changelog records (read_committed), one JSON object per line",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if from != "start" && from != "end" {
+				return usageErr("--from %q: want start or end", from)
+			}
+			if len(brokers) == 0 {
+				addr := liveRunner(dataDir)
+				if addr == "" {
+					return usageErr("no --brokers, and no running runner on --data-dir %s to ask for its embedded broker", dataDir)
+				}
+				var k struct {
+					Embedded []string `json:"embedded_brokers"`
+				}
+				if err := getJSON("http://"+addr+"/api/v1/kafka", &k); err != nil {
+					return err
+				}
+				if len(k.Embedded) == 0 {
+					return usageErr("the runner at %s has no embedded broker: pass --brokers", addr)
+				}
+				brokers = k.Embedded
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return tailChangelog(ctx, cmd.OutOrStdout(), brokers, topic, from == "start", n)
+		}}
+	fl := tail.Flags()
+	fl.StringSliceVar(&brokers, "brokers", nil, "seed brokers (default: the embedded broker of the runner using --data-dir)")
+	fl.StringVar(&topic, "topic", "", "changelog topic")
+	fl.StringVar(&from, "from", "start", "start or end")
+	fl.IntVarP(&n, "num", "n", 0, "stop after N records (0: follow until interrupted)")
+	fl.StringVar(&dataDir, "data-dir", "./data", "the runner's data directory (to find its embedded broker)")
+	_ = tail.MarkFlagRequired("topic")
+	tail.Args = noArgs
+	cmd.AddCommand(tail)
+	return cmd
+}
+
+// tailChangelog prints records of topic: key, value, partition, offset and
+// the ebbflow headers.
+func tailChangelog(ctx context.Context, w io.Writer, brokers []string, topic string, fromStart bool, n int) error {
+	start := kgo.NewOffset().AtEnd()
+	if fromStart {
+		start = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(start),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	printed := 0
+	for n == 0 || printed < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return fmt.Errorf("tail %q: %w", topic, ferr)
+		}
+		for it := fs.RecordIter(); !it.Done() && (n == 0 || printed < n); {
+			r := it.Next()
+			out := map[string]any{"partition": r.Partition, "offset": r.Offset, "key": raw(r.Key), "value": raw(r.Value)}
+			headers := map[string]string{}
+			for _, h := range r.Headers {
+				headers[strings.TrimPrefix(h.Key, "ebbflow.")] = string(h.Value)
+			}
+			out["headers"] = headers
+			b, _ := json.Marshal(out)
+			if _, err := fmt.Fprintln(w, string(b)); err != nil {
+				return err
+			}
+			printed++
+		}
+	}
+	return nil
+}
+
+// raw keeps a JSON key or value as JSON, and anything else as a string.
+func raw(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	return string(b)
+}
+
+func newStopCmd() *cobra.Command {
+	var address, dataDir string
+	var timeout time.Duration
+	cmd := &cobra.Command{Use: "stop", Short: "Ask a running runner to take a final checkpoint and exit; waits until it has",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if address == "" {
+				address = liveRunner(dataDir)
+			}
+			if address == "" {
+				return usageErr("no --address, and no running runner on --data-dir %s", dataDir)
+			}
+			resp, err := http.Post("http://"+address+"/api/v1/stop", "application/json", nil)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				return fmt.Errorf("stop %s: %s", address, resp.Status)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "runner at %s stopping\n", address)
+			deadline := time.Now().Add(timeout)
+			c := http.Client{Timeout: time.Second}
+			for time.Now().Before(deadline) {
+				resp, err := c.Get("http://" + address + "/livez")
+				if err != nil {
+					fmt.Fprintln(cmd.OutOrStdout(), "stopped")
+					return nil
+				}
+				resp.Body.Close()
+				time.Sleep(200 * time.Millisecond)
+			}
+			return fmt.Errorf("runner at %s still running after %s", address, timeout)
+		}}
+	cmd.Flags().StringVar(&address, "address", "", "the runner's HTTP address (default: the runner using --data-dir)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "./data", "the runner's data directory")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the runner to exit")
+	return cmd
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{Use: "version", Short: "Print the version",
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "runner %s (revision %s, %s)\n", version, revision(), goVersion())
+		}}
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/pipelines/build"
+	"github.com/ebbflow/ebbflow/runtime"
+)
+
+type runFlags struct {
+	files          []string
+	sets           []string
+	dataDir        string
+	fromCheckpoint string
+	httpAddress    string
+	logLevel       string
+	logFormat      string
+	summary        time.Duration
+	embeddedPort   int
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run -f job.yaml [-f more.yaml]",
+		Short: "Run jobs until they end or a stop (SIGTERM, SIGINT, runner stop) takes a final checkpoint",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(context.Background(), &f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVarP(&f.files, "file", "f", nil, "job file (repeatable; each YAML document is one job)")
+	fl.StringArrayVar(&f.sets, "set", nil, "override path=value in every job (repeatable)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (default: the jobs' data_dir)")
+	fl.StringVar(&f.fromCheckpoint, "from-checkpoint", "latest", "latest, none (start fresh) or a checkpoint id (one job only)")
+	fl.StringVar(&f.httpAddress, "http-address", "", "HTTP listen address (default: the jobs' http.address; \"off\": none)")
+	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (default: the jobs' logging.level)")
+	fl.StringVar(&f.logFormat, "log-format", "", "text or json (default: the jobs' logging.format)")
+	fl.DurationVar(&f.summary, "summary", 5*time.Second, "how often to log a summary line (0: never)")
+	fl.IntVar(&f.embeddedPort, "embedded-kafka-port", 0, "port of the embedded broker (0: any free one)")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// runner is one run of the run command: its jobs, environment and server.
+type runner struct {
+	flags    *runFlags
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	env      *build.Env
+	jobs     []*build.Job
+	dataDir  string
+	stopOnce sync.Once
+	stopReq  chan struct{} // closed by POST /api/v1/stop
+	mu       struct {
+		sync.Mutex
+		done map[string]error // jobs that returned
+	}
+}
+
+func run(ctx context.Context, f *runFlags) error {
+	files, err := pipelines.ReadFiles(f.files...)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	ps, err := pipelines.Load(files, pipelines.Options{Set: f.sets})
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	first := ps[0].Spec
+	r := &runner{flags: f, stopReq: make(chan struct{})}
+	r.mu.done = map[string]error{}
+	if r.log, err = newLogger(first.Logging, f.logLevel, f.logFormat); err != nil {
+		return err
+	}
+	if r.dataDir, err = dataDir(ps, f.dataDir); err != nil {
+		return err
+	}
+	restore, err := restorePoint(f.fromCheckpoint, len(ps))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.dataDir, 0o755); err != nil {
+		return fmt.Errorf("make data dir: %w", err)
+	}
+	unlock, err := lockDataDir(r.dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	r.reg = prometheus.NewRegistry()
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: f.embeddedPort})
+	defer func() {
+		if err := r.env.Close(); err != nil {
+			r.log.Error("close", "err", err)
+		}
+	}()
+	if err := r.env.OpenTables(ps); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		j, err := r.env.Build(p, restore)
+		if err != nil {
+			return err
+		}
+		r.jobs = append(r.jobs, j)
+	}
+
+	addr := first.HTTP.Address
+	if f.httpAddress != "" {
+		addr = f.httpAddress
+	}
+	if addr != "" && addr != "off" {
+		srv, err := r.serve(addr)
+		if err != nil {
+			return err
+		}
+		defer srv.shutdown()
+	}
+	return r.runJobs(ctx, shutdownTimeout(ps))
+}
+
+// runJobs runs every job and the changelog exporters, and handles stop
+// requests: the first signal (or POST /api/v1/stop) stops every job with a
+// final checkpoint; a second signal or the shutdown timeout cancels them.
+func (r *runner) runJobs(parent context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	exportCtx, stopExport := context.WithCancel(context.Background())
+	exportDone := make(chan error, 1)
+	go func() { exportDone <- r.env.RunExporters(exportCtx) }()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(r.jobs))
+	for _, j := range r.jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := j.Run(ctx)
+			r.mu.Lock()
+			r.mu.done[j.Name()] = err
+			r.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				r.log.Error("job failed", "job", j.Name(), "err", err)
+				cancel(err) // one failing job ends the runner
+			} else {
+				r.log.Info("job ended", "job", j.Name())
+			}
+			errs <- err
+		}()
+	}
+	allDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(allDone)
+	}()
+	stopSummary := r.summaries()
+	defer stopSummary()
+
+	var abort <-chan time.Time
+	stopping, interrupted := false, false
+	stopAll := func(why string) {
+		stopping = true
+		r.log.Info("stopping: taking a final checkpoint", "reason", why, "shutdown_timeout", timeout)
+		for _, j := range r.jobs {
+			j.Stop()
+		}
+		abort = time.After(timeout)
+	}
+loop:
+	for {
+		select {
+		case <-allDone:
+			break loop
+		case s := <-sigs:
+			if stopping {
+				r.log.Warn("second signal: aborting; the state stays at the last checkpoint", "signal", s)
+				interrupted = true
+				cancel(errors.New("aborted by a second signal"))
+				continue
+			}
+			stopAll(s.String())
+		case <-r.stopReq:
+			if !stopping {
+				stopAll("stop requested over HTTP")
+			}
+		case <-abort:
+			r.log.Error("shutdown timeout: aborting; the state stays at the last checkpoint", "timeout", timeout)
+			cancel(fmt.Errorf("shutdown timeout %s exceeded", timeout))
+		case exErr := <-exportDone:
+			if exErr != nil {
+				r.log.Error("changelog export failed", "err", exErr)
+				cancel(exErr)
+			}
+			exportDone = nil
+		}
+	}
+	if exportDone != nil {
+		// let the exporters publish what the final checkpoint committed
+		time.Sleep(time.Second)
+		stopExport()
+		if err := <-exportDone; err != nil {
+			r.log.Error("changelog export failed", "err", err)
+		}
+	}
+	stopExport()
+	close(errs)
+	if interrupted {
+		return &exitError{code: exitInterrupt, err: errors.New("interrupted")}
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// requestStop asks every job to stop with a final checkpoint.
+func (r *runner) requestStop() { r.stopOnce.Do(func() { close(r.stopReq) }) }
+
+func shutdownTimeout(ps []*pipelines.Pipeline) time.Duration {
+	var d time.Duration
+	for _, p := range ps {
+		d = max(d, p.Spec.ShutdownTimeout.Std())
+	}
+	return d
+}
+
+// dataDir is --data-dir, else the data_dir the jobs agree on.
+func dataDir(ps []*pipelines.Pipeline, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	d := ps[0].Spec.DataDir
+	for _, p := range ps[1:] {
+		if p.Spec.DataDir != d {
+			return "", usageErr("jobs %q and %q name different data_dir (%s, %s): one runner has one data directory; pass --data-dir",
+				ps[0].Spec.Job.Name, p.Spec.Job.Name, d, p.Spec.DataDir)
+		}
+	}
+	return d, nil
+}
+
+func restorePoint(s string, jobs int) (runtime.RestorePoint, error) {
+	switch s {
+	case "", "latest":
+		return runtime.RestoreLatest, nil
+	case "none":
+		return runtime.RestoreNone, nil
+	}
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return runtime.RestorePoint{}, usageErr("--from-checkpoint %q: want latest, none or a checkpoint id", s)
+	}
+	if jobs != 1 {
+		return runtime.RestorePoint{}, usageErr("--from-checkpoint %d names one job's checkpoint; %d jobs given", id, jobs)
+	}
+	return runtime.RestoreCheckpoint(barrier.CheckpointID(id)), nil
+}
+
+func newLogger(l pipelines.Logging, level, format string) (*slog.Logger, error) {
+	if level == "" {
+		level = string(l.Level)
+	}
+	if format == "" {
+		format = string(l.Format)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErr("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, usageErr("log format %q: want text or json", format)
+}
+
+// listen opens the HTTP listener (split out so that a busy port is an
+// error before any job starts).
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ebbflow/ebbflow/pipelines/build"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+)
+
+type tableFlags struct {
+	dataDir, table, key, output, address string
+}
+
+func newTableCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "table", Short: "Read a table: from a stopped runner's data directory, or through a running one"}
+	var f tableFlags
+	scan := &cobra.Command{Use: "scan", Short: "Print every row (or the row of --key)",
+		RunE: func(cmd *cobra.Command, _ []string) error { return tableRead(cmd.OutOrStdout(), &f) }}
+	get := &cobra.Command{Use: "get", Short: "Print the row of --key",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.key == "" {
+				return usageErr("table get needs --key")
+			}
+			return tableRead(cmd.OutOrStdout(), &f)
+		}}
+	for _, c := range []*cobra.Command{scan, get} {
+		fl := c.Flags()
+		fl.StringVar(&f.dataDir, "data-dir", "./data", "the runner's data directory")
+		fl.StringVar(&f.table, "table", "", "table name")
+		fl.StringVar(&f.key, "key", "", `primary key as JSON, e.g. {"region":"eu"}`)
+		fl.StringVarP(&f.output, "output", "o", "table", "table, json (one object per line) or csv")
+		fl.StringVar(&f.address, "address", "", "read through the runner at this HTTP address (default: the runner using --data-dir, if any)")
+		_ = c.MarkFlagRequired("table")
+		c.Args = noArgs
+		cmd.AddCommand(c)
+	}
+	return cmd
+}
+
+// tableRead prints the rows: through the HTTP API of the runner that uses
+// the data directory (pebble lets one process open a table), else from the
+// table's files.
+func tableRead(w io.Writer, f *tableFlags) error {
+	out, err := newRowWriter(w, f.output)
+	if err != nil {
+		return err
+	}
+	addr := f.address
+	if addr == "" {
+		addr = liveRunner(f.dataDir)
+	}
+	if addr != "" {
+		return remoteRows(addr, f.table, f.key, out)
+	}
+	dir := build.TableDir(f.dataDir, f.table)
+	t, err := aggmerge.Open(dir, aggmerge.Schema{}, aggmerge.Options{})
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	out.header(columns(t.Schema()))
+	if err := readRows(t, f.key, func(cells []string) error { return out.row(cells) }); err != nil {
+		return err
+	}
+	return out.flush()
+}
+
+// readRows calls fn with the cells of every row, or of the row of key.
+func readRows(t *aggmerge.Table, key string, fn func([]string) error) error {
+	s := t.Schema()
+	emit := func(r aggmerge.Row) error {
+		cells, err := rowCells(s, r)
+		if err != nil {
+			return err
+		}
+		return fn(cells)
+	}
+	if key == "" {
+		return t.Scan(emit)
+	}
+	k, err := parseKey(s, key)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	r, ok, err := t.Get(k)
+	if err != nil || !ok {
+		return err
+	}
+	return emit(r)
+}
+
+// liveRunner returns the HTTP address of the runner using dataDir, if it
+// still answers.
+func liveRunner(dataDir string) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, runnerFile))
+	if err != nil {
+		return ""
+	}
+	var info runnerInfo
+	if json.Unmarshal(b, &info) != nil || info.HTTP == "" {
+		return ""
+	}
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + info.HTTP + "/livez")
+	if err != nil {
+		return ""
+	}
+	resp.Body.Close()
+	return info.HTTP
+}
+
+// remoteRows reads a table through a running runner's API.
+func remoteRows(addr, table, key string, out *rowWriter) error {
+	var tables []tableInfo
+	if err := getJSON("http://"+addr+"/api/v1/tables", &tables); err != nil {
+		return err
+	}
+	var cols []string
+	for _, t := range tables {
+		if t.Name == table {
+			cols = columns(aggmerge.Schema{Key: t.Key, Values: t.Columns})
+		}
+	}
+	if cols == nil {
+		return fmt.Errorf("the runner at %s has no table %q", addr, table)
+	}
+	u := "http://" + addr + "/api/v1/tables/" + url.PathEscape(table) + "/rows"
+	if key != "" {
+		u += "?key=" + url.QueryEscape(key)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("read table %q from %s: %s: %s", table, addr, resp.Status, strings.TrimSpace(string(b)))
+	}
+	out.header(cols)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return fmt.Errorf("read table %q from %s: %w", table, addr, err)
+		}
+		cells := make([]string, len(cols))
+		for i, c := range cols {
+			cells[i] = string(m[c])
+		}
+		if err := out.row(cells); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return out.flush()
+}
+
+func getJSON(u string, v any) error {
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// rowWriter prints rows whose cells are JSON values.
+type rowWriter struct {
+	format string
+	cols   []string
+	tw     *tabwriter.Writer
+	csv    *csv.Writer
+	jl     *jsonLines
+}
+
+func newRowWriter(w io.Writer, format string) (*rowWriter, error) {
+	rw := &rowWriter{format: format}
+	switch format {
+	case "table":
+		rw.tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	case "csv":
+		rw.csv = csv.NewWriter(w)
+	case "json":
+		rw.jl = &jsonLines{w: w}
+	default:
+		return nil, usageErr("output %q: want table, json or csv", format)
+	}
+	return rw, nil
+}
+
+func (rw *rowWriter) header(cols []string) {
+	rw.cols = cols
+	switch {
+	case rw.tw != nil:
+		fmt.Fprintln(rw.tw, strings.Join(cols, "\t"))
+	case rw.csv != nil:
+		_ = rw.csv.Write(cols)
+	default:
+		rw.jl.cols = cols
+	}
+}
+
+func (rw *rowWriter) row(cells []string) error {
+	switch {
+	case rw.tw != nil:
+		plain := make([]string, len(cells))
+		for i, c := range cells {
+			plain[i] = unquote(c)
+		}
+		_, err := fmt.Fprintln(rw.tw, strings.Join(plain, "\t"))
+		return err
+	case rw.csv != nil:
+		plain := make([]string, len(cells))
+		for i, c := range cells {
+			plain[i] = unquote(c)
+		}
+		return rw.csv.Write(plain)
+	}
+	return rw.jl.row(cells)
+}
+
+func (rw *rowWriter) flush() error {
+	switch {
+	case rw.tw != nil:
+		return rw.tw.Flush()
+	case rw.csv != nil:
+		rw.csv.Flush()
+		return rw.csv.Error()
+	}
+	return nil
+}
+
+// unquote shows a JSON string cell as its text.
+func unquote(cell string) string {
+	var s string
+	if strings.HasPrefix(cell, `"`) && json.Unmarshal([]byte(cell), &s) == nil {
+		return s
+	}
+	return cell
+}
+
+// jsonLines writes rows as JSON objects, one per line, columns in table
+// order.
+type jsonLines struct {
+	w       io.Writer
+	cols    []string
+	started bool
+	buf     []byte
+}
+
+func (j *jsonLines) row(cells []string) error {
+	if len(cells) != len(j.cols) {
+		return errors.New("row and columns disagree")
+	}
+	j.started = true
+	b := append(j.buf[:0], '{')
+	for i, c := range j.cols {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		name, _ := json.Marshal(c)
+		b = append(b, name...)
+		b = append(b, ':')
+		b = append(b, cells[i]...)
+	}
+	b = append(b, '}', '\n')
+	j.buf = b
+	_, err := j.w.Write(b)
+	return err
+}
