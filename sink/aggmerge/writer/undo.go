@@ -30,17 +30,21 @@ func planUndo(t *aggmerge.Table, bucket int, baseline, end uint64, prefix string
 		return p, nil
 	}
 	seen := map[string]bool{}
+	var k []byte
 	stop := errors.New("end reached")
 	err := t.ReadLog(bucket, baseline, func(e *aggmerge.Entry) error {
 		if e.Offset >= end {
 			return stop
 		}
 		p.scanned++
-		if e.Op == aggmerge.MarkerEntry || !strings.HasPrefix(e.Writer.ID, prefix) {
+		// A +U comes right after its -U, which decided already (unless the
+		// range starts between them).
+		skip := e.Op == aggmerge.MarkerEntry || e.Op == aggmerge.UpdateAfter && e.Offset > baseline
+		if skip || !strings.HasPrefix(e.Writer.ID, prefix) {
 			return nil
 		}
-		k, err := t.EncodeKey(e.Key)
-		if err != nil {
+		var err error
+		if k, err = t.AppendKey(k[:0], e.Key); err != nil {
 			return err
 		}
 		if seen[string(k)] {
