@@ -7,6 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -52,15 +53,17 @@ func codeOf(err error) int {
 	return exitFailure
 }
 
-func main() { os.Exit(execute(os.Args[1:])) }
+func main() { os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // execute runs the command line args and returns the exit code.
-func execute(args []string) int {
+func execute(args []string, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	err := root.Execute()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "runner:", err)
+		fmt.Fprintln(stderr, "runner:", err)
 	}
 	return codeOf(err)
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+)
+
+var (
+	seedFlag  = flag.Int64("seed", 0, "seed of the kill schedule (0: from the clock)")
+	killsFlag = flag.Int("kills", 5, "SIGKILLs of the runner in TestSIGKILL")
+)
+
+type userTotal struct {
+	total, orders, max, last int64
+	region                   string
+}
+
+// TestSIGKILL runs a job from YAML against Kafka (a real broker when
+// EBBFLOW_KAFKA_BROKERS is set, else an embedded one in this process that
+// the runner dials), kills the runner with SIGKILL at seeded random moments
+// while input keeps arriving, restarts it each time, then stops it
+// gracefully and compares "table scan -o json" with the exact totals of the
+// input.
+func TestSIGKILL(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (replay with -seed %d)", seed, seed)
+	rng := rand.New(rand.NewSource(seed))
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	dir := t.TempDir()
+	args := []string{"run", "-f", "testdata/orders.yaml", "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0",
+		"--set", "source.kafka.brokers=[" + strings.Join(brokers, ",") + "]", "--set", "source.kafka.topics=[" + topic + "]"}
+
+	want := map[string]*userTotal{}
+	var seq int64
+	produce := func(n int) {
+		recs := make([]*kgo.Record, n)
+		for i := range recs {
+			user := fmt.Sprintf("u%02d", rng.Intn(40))
+			region := []string{"eu", "us", "asia"}[rng.Intn(3)]
+			amount := int64(rng.Intn(1000) + 1)
+			status := "PAID"
+			if rng.Intn(5) == 0 {
+				status = "CANCELLED"
+			}
+			v, _ := json.Marshal(map[string]any{"seq": seq, "user": user, "region": region, "amount": amount, "status": status})
+			recs[i] = &kgo.Record{Topic: topic, Key: []byte(user), Value: v}
+			if status == "PAID" {
+				w := want[user]
+				if w == nil {
+					w = &userTotal{}
+					want[user] = w
+				}
+				w.total += amount * 100
+				w.orders++
+				w.max = max(w.max, amount)
+				w.region, w.last = region, seq
+			}
+			seq++
+		}
+		kafkatest.Produce(t, brokers, recs...)
+	}
+
+	for k := range *killsFlag {
+		produce(500 + rng.Intn(1500))
+		c := start(t, nil, args...)
+		wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
+		time.Sleep(wait)
+		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		c.exitCode(t, 30*time.Second)
+		t.Logf("kill %d after %s", k+1, wait)
+	}
+	produce(1000)
+	c := start(t, nil, args...)
+	waitFor(t, c, 60*time.Second, "every order in the table", func() bool {
+		return liveRunner(dir) != "" && equalTotals(scanJSON(t, dir, "totals", "user"), want) == ""
+	})
+	stopGracefully(t, c)
+	if d := equalTotals(scanJSON(t, dir, "totals", "user"), want); d != "" {
+		t.Fatalf("seed %d: %s", seed, d)
+	}
+}
+
+// equalTotals describes the first difference between the scanned table
+// and the expected totals ("" when equal).
+func equalTotals(got map[string]map[string]any, want map[string]*userTotal) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d users, want %d", len(got), len(want))
+	}
+	for user, w := range want {
+		g := got[user]
+		num := func(col string) int64 {
+			n, _ := strconv.ParseInt(fmt.Sprint(g[col]), 10, 64)
+			return n
+		}
+		have := userTotal{total: num("total"), orders: num("orders"), max: num("max"), last: num("last"), region: fmt.Sprint(g["region"])}
+		if have != *w {
+			return fmt.Sprintf("user %s: got %+v, want %+v", user, have, *w)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/pipelines"
+)
+
+const quickstart = "../../examples/quickstart/job.yaml"
+
+// TestQuickstart runs the quickstart as a process for a few seconds, with
+// a bounded generator, stops it with SIGTERM (exit 0) and checks the table
+// against the exact aggregates of the generated orders.
+func TestQuickstart(t *testing.T) {
+	const count = 1500
+	dir := t.TempDir()
+	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=1000"}
+	args := []string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "1s"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	want, lastOrders := quickstartOracle(t, sets, count)
+	c := start(t, nil, args...)
+	waitFor(t, c, 60*time.Second, "every paid order in the table", func() bool {
+		if liveRunner(dir) == "" {
+			return false
+		}
+		return totalOrders(scanJSON(t, dir, "revenue", "region")) == totalOrders(want)
+	})
+	stopGracefully(t, c)
+	got := scanJSON(t, dir, "revenue", "region")
+	if len(got) != len(want) {
+		t.Fatalf("regions %v, want %v", got, want)
+	}
+	for region, w := range want {
+		g := got[region]
+		for _, col := range []string{"revenue_cents", "orders", "largest"} {
+			if fmt.Sprint(g[col]) != fmt.Sprint(w[col]) {
+				t.Errorf("region %s %s = %v, want %v", region, col, g[col], w[col])
+			}
+		}
+		if !lastOrders[region][fmt.Sprint(g["last_order"])] {
+			t.Errorf("region %s last_order %v is not the last paid order of either partition", region, g["last_order"])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, runnerFile)); !os.IsNotExist(err) {
+		t.Errorf("%s left behind after a graceful stop: %v", runnerFile, err)
+	}
+}
+
+// quickstartOracle aggregates the generated orders as the job does. The
+// last order of a region is the last one of one of the topic's two
+// partitions (their order is not defined across partitions).
+func quickstartOracle(t *testing.T, sets []string, count int64) (map[string]map[string]any, map[string]map[string]bool) {
+	t.Helper()
+	files, err := pipelines.ReadFiles(quickstart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := pipelines.Load(files, pipelines.Options{Set: sets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := ps[0].NewGenerator(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type agg struct{ revenue, orders, largest int64 }
+	sums := map[string]*agg{}
+	last := map[string]map[int64]int64{} // region → partition → order id
+	for n := range count {
+		r := gen.Row(n)
+		if r[3] != "PAID" {
+			continue
+		}
+		region, amount := r[1].(string), r[2].(int64)
+		a := sums[region]
+		if a == nil {
+			a = &agg{}
+			sums[region], last[region] = a, map[int64]int64{}
+		}
+		a.revenue += amount * 100
+		a.orders++
+		a.largest = max(a.largest, amount)
+		last[region][n%2] = r[0].(int64)
+	}
+	want := map[string]map[string]any{}
+	lasts := map[string]map[string]bool{}
+	for region, a := range sums {
+		want[region] = map[string]any{"revenue_cents": json.Number(fmt.Sprint(a.revenue)), "orders": json.Number(fmt.Sprint(a.orders)),
+			"largest": json.Number(fmt.Sprint(a.largest))}
+		lasts[region] = map[string]bool{}
+		for _, id := range last[region] {
+			lasts[region][fmt.Sprint(id)] = true
+		}
+	}
+	return want, lasts
+}
+
+func totalOrders(rows map[string]map[string]any) string {
+	var n int64
+	for _, r := range rows {
+		var x int64
+		fmt.Sscan(fmt.Sprint(r["orders"]), &x)
+		n += x
+	}
+	return fmt.Sprint(n)
+}

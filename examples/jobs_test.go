@@ -1,0 +1,233 @@
+package examples
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/pipelines/build"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// load reads a job file of this folder with overrides.
+func load(t *testing.T, path string, sets ...string) *pipelines.Pipeline {
+	t.Helper()
+	files, err := pipelines.ReadFiles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := pipelines.Load(files, pipelines.Options{Set: sets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0]
+}
+
+// start opens the job's tables in a fresh data directory and runs it in
+// the background; wait returns Run's error.
+func start(t *testing.T, p *pipelines.Pipeline) (env *build.Env, job *build.Job, wait func() error) {
+	t.Helper()
+	env = build.NewEnv(build.Options{DataDir: t.TempDir()})
+	if err := env.OpenTables([]*pipelines.Pipeline{p}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close() })
+	job, err := env.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- job.Run(context.Background()) }()
+	return env, job, func() error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(60 * time.Second):
+			job.Stop()
+			return fmt.Errorf("job %s did not end", p.Spec.Job.Name)
+		}
+	}
+}
+
+func scan(t *testing.T, env *build.Env, table string) map[string]aggmerge.Row {
+	t.Helper()
+	tab, ok := env.Table(table)
+	if !ok {
+		t.Fatalf("no table %s", table)
+	}
+	rows := map[string]aggmerge.Row{}
+	err := tab.Scan(func(r aggmerge.Row) error {
+		rows[r.Key[0].Str()] = aggmerge.Row{Key: append([]agg.Value(nil), r.Key...), Values: append([]agg.Value(nil), r.Values...)}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// TestRevenue produces orders (some unpaid, some not JSON) into a topic and
+// checks revenue per region once the job caught up.
+func TestRevenue(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 2)
+	p := load(t, "revenue/job.yaml", "source.kafka.brokers=["+strings.Join(brokers, ",")+"]", "source.kafka.topics=["+topic+"]")
+	type total struct {
+		revenue, orders, largest int64
+		big                      bool
+	}
+	want := map[string]*total{}
+	rng := rand.New(rand.NewSource(5))
+	var recs []*kgo.Record
+	for i := range 3000 {
+		region := []string{"eu", "us", "asia", "africa"}[rng.Intn(4)]
+		amount := math.Round(rng.Float64()*20000) / 100
+		status := []string{"PAID", "PAID", "PAID", "REFUNDED"}[rng.Intn(4)]
+		v, _ := json.Marshal(map[string]any{"order_id": i, "region": region, "amount": amount, "status": status})
+		if i%500 == 7 {
+			v = []byte("not json") // skipped by on_error: skip
+		} else if status == "PAID" && amount > 0 {
+			w := want[region]
+			if w == nil {
+				w = &total{}
+				want[region] = w
+			}
+			cents := int64(amount * 100)
+			w.revenue += cents
+			w.orders++
+			w.largest = max(w.largest, cents)
+			w.big = w.big || amount >= 100
+		}
+		recs = append(recs, &kgo.Record{Topic: topic, Value: v})
+	}
+	kafkatest.Produce(t, brokers, recs...)
+	env, job, wait := start(t, p)
+	check := func() string {
+		got := scan(t, env, "revenue_by_region")
+		if len(got) != len(want) {
+			return fmt.Sprintf("%d regions, want %d", len(got), len(want))
+		}
+		for region, w := range want {
+			v := got[region].Values
+			have := total{v[0].Int(), v[1].Int(), v[2].Int(), v[3].Bool()}
+			if have != *w {
+				return fmt.Sprintf("region %s: %+v, want %+v", region, have, *w)
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for check() != "" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	job.Stop()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d := check(); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// TestVisitors runs a bounded generator and checks exact (rbm32) and
+// approximate (hll, within 3%) distinct visitors per page.
+func TestVisitors(t *testing.T) {
+	const count = 30_000
+	p := load(t, "visitors/job.yaml", fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=0")
+	gen, err := p.NewGenerator(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, views := map[string]map[int64]bool{}, map[string]int64{}
+	for n := range int64(count) {
+		r := gen.Row(n)
+		page := r[1].(string)
+		if users[page] == nil {
+			users[page] = map[int64]bool{}
+		}
+		users[page][r[0].(int64)] = true
+		views[page]++
+	}
+	env, _, wait := start(t, p)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := scan(t, env, "page_visitors")
+	if len(got) != len(users) {
+		t.Fatalf("%d pages, want %d", len(got), len(users))
+	}
+	for page, u := range users {
+		v := got[page].Values
+		bm, err := agg.Bitmap32(v[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		est, err := agg.HLLEstimate(v[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact := uint64(len(u))
+		if bm.GetCardinality() != exact || v[2].Int() != views[page] {
+			t.Errorf("page %s: %d visitors, %d views; want %d, %d", page, bm.GetCardinality(), v[2].Int(), exact, views[page])
+		}
+		if math.Abs(float64(est)-float64(exact)) > 0.03*float64(exact) {
+			t.Errorf("page %s: hll estimate %d, exact %d", page, est, exact)
+		}
+	}
+}
+
+// TestLatency runs a bounded generator and checks max and last latency per
+// endpoint (one subtask: last follows the generator's order).
+func TestLatency(t *testing.T) {
+	const count = 20_000
+	p := load(t, "latency/job.yaml", fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=0")
+	gen, err := p.NewGenerator(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type stat struct {
+		max, last           float64
+		seq, requests, errs int64
+	}
+	want := map[string]*stat{}
+	for n := range int64(count) {
+		r := gen.Row(n)
+		ep, lat := r[1].(string), r[2].(float64)
+		w := want[ep]
+		if w == nil {
+			w = &stat{}
+			want[ep] = w
+		}
+		w.max, w.last, w.seq = max(w.max, lat), lat, r[0].(int64)
+		w.requests++
+		if r[3].(int64) >= 500 {
+			w.errs++
+		}
+	}
+	env, _, wait := start(t, p)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := scan(t, env, "endpoint_latency")
+	if len(got) != len(want) {
+		t.Fatalf("%d endpoints, want %d", len(got), len(want))
+	}
+	for ep, w := range want {
+		v := got[ep].Values
+		have := stat{v[0].Float(), v[1].Float(), v[2].Int(), v[3].Int(), v[4].Int()}
+		if have != *w {
+			t.Errorf("endpoint %s: %+v, want %+v", ep, have, *w)
+		}
+	}
+}
