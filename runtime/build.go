@@ -84,9 +84,10 @@ func (a *attempt) openTasks(tasks []*task) ([]*task, error) {
 		for k, n := range t.chain.nodes {
 			ctx := &Context{ctx: a.ctx, Job: opts.Name, Operator: n.uid, Subtask: t.subtask, Parallelism: n.parallelism,
 				MaxParallelism: opts.MaxParallelism, Attempt: a.number, timers: t.timers, link: k,
-				Dir:        filepath.Join(a.jobDir, "operators", n.uid, strconv.Itoa(t.subtask)),
-				Logger:     t.log.With("operator", n.uid),
-				Registerer: t.registerer(n.uid)}
+				RetainedCheckpoints: opts.Checkpoint.Retain,
+				Dir:                 filepath.Join(a.jobDir, "operators", n.uid, strconv.Itoa(t.subtask)),
+				Logger:              t.log.With("operator", n.uid),
+				Registerer:          t.registerer(n.uid)}
 			env := &openEnv{ctx: ctx, backends: opts.StateBackend}
 			if n.keyed {
 				env.keyed = state.KeyedSpec{

@@ -19,6 +19,10 @@ type Context struct {
 	MaxParallelism int
 	// Attempt counts in-process restarts of the job (0 on the first run).
 	Attempt int
+	// RetainedCheckpoints is the number of completed checkpoints the job
+	// keeps: any of them may be restored, so a sink keeps what it needs to
+	// undo back to the oldest.
+	RetainedCheckpoints int
 	// Restored is the checkpoint this attempt restored from, if RestoredOK.
 	Restored   barrier.CheckpointID
 	RestoredOK bool

@@ -37,6 +37,13 @@ type Config struct {
 	// CombineKeys bounds the keys combined in memory before an early flush
 	// (65536).
 	CombineKeys int
+	// TruncateLog truncates the table's log, after each completed
+	// checkpoint, below what every holder still needs (Table.TruncateHeld):
+	// this sink back to its oldest retained checkpoint, other sinks and the
+	// changelog exporter by their own holds. Set it once every reader of the
+	// log (an exporter) holds what it needs; the sink always records its own
+	// hold.
+	TruncateLog bool
 	// UnsafeSkipUndo turns undo off. It exists for tests that prove the crash
 	// harness detects double counting; never set it otherwise.
 	UnsafeSkipUndo bool
@@ -132,6 +139,9 @@ type sink[T any] struct {
 	// marker ended.
 	snapshots map[barrier.CheckpointID]map[int]uint64
 	committed map[int]uint64
+	// window holds the baselines of the retained completed checkpoints,
+	// oldest first: the log must be kept from window[0] on.
+	window []map[int]uint64
 }
 
 func newSink[T any](cfg Config, mapper Mapper[T]) *sink[T] {
@@ -171,6 +181,7 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	if err := s.recover(base); err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
+	s.window = []map[int]uint64{mergeHolds(ctx.State.Unions[stateList], base)}
 	for _, b := range s.owned {
 		s.committed[b] = base[b]
 	}
@@ -318,9 +329,13 @@ func (s *sink[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error)
 		base[b] = ends[b]
 	}
 	s.snapshots[id] = base
+	hold := base
+	if len(s.window) > 0 {
+		hold = s.window[0]
+	}
 	item, err := snapshotState{Version: stateVersion, Table: s.table.Dir(), TableID: s.table.ID().String(),
 		Sink: s.sinkName(), Subtask: s.ctx.Subtask, Parallelism: s.ctx.Parallelism,
-		Buckets: s.table.Schema().Buckets, Baselines: base}.encode()
+		Buckets: s.table.Schema().Buckets, Baselines: base, Hold: owned(hold, s.owned)}.encode()
 	if err != nil {
 		return state.OperatorState{}, err
 	}
@@ -353,11 +368,40 @@ func (s *sink[T]) NotifyComplete(id barrier.CheckpointID) error {
 		}
 		s.committed[b] = base[b]
 	}
-	if marks.Len() == 0 {
-		return nil
+	if marks.Len() > 0 {
+		if _, err := s.table.Apply(marks); err != nil {
+			return err
+		}
 	}
-	_, err = s.table.Apply(marks)
-	return err
+	return s.retain(base)
+}
+
+// retain slides the window of retained checkpoints to include base and
+// records the sink's hold on the log; the oldest retained checkpoint stays
+// restorable.
+func (s *sink[T]) retain(base map[int]uint64) error {
+	s.window = append(s.window, base)
+	if k := max(s.ctx.RetainedCheckpoints, 1); len(s.window) > k {
+		s.window = s.window[len(s.window)-k:]
+	}
+	if err := s.table.Hold(aggmerge.HolderOf(s.w.ID), owned(s.window[0], s.owned)); err != nil {
+		return err
+	}
+	if s.cfg.TruncateLog {
+		return s.table.TruncateHeld()
+	}
+	return nil
+}
+
+// owned keeps the offsets of the given buckets.
+func owned(offsets map[int]uint64, buckets []int) map[int]uint64 {
+	out := make(map[int]uint64, len(buckets))
+	for _, b := range buckets {
+		if off, ok := offsets[b]; ok {
+			out[b] = off
+		}
+	}
+	return out
 }
 
 func (s *sink[T]) Close() error { return nil }

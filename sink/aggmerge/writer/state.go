@@ -30,6 +30,10 @@ type snapshotState struct {
 	Parallelism int            `json:"parallelism"`
 	Buckets     int            `json:"buckets"`
 	Baselines   map[int]uint64 `json:"baselines"`
+	// Hold is, per bucket, the oldest baseline of the checkpoints retained
+	// with this one: the log must be kept from there for any of them to be
+	// restorable.
+	Hold map[int]uint64 `json:"hold,omitempty"`
 }
 
 func (s snapshotState) encode() ([]byte, error) { return json.Marshal(s) }
@@ -93,6 +97,28 @@ func mergeBaselines(items [][]byte, table, tableID, sink string, buckets int) (m
 		return nil, fmt.Errorf("%w: table %s, sink %s: %w", ErrState, table, sink, errors.Join(errs...))
 	}
 	return base, nil
+}
+
+// mergeHolds returns, per bucket, the oldest baseline that the restored
+// checkpoint's retained predecessors need (the bucket's baseline when the
+// state names none). items were checked by mergeBaselines.
+func mergeHolds(items [][]byte, base map[int]uint64) map[int]uint64 {
+	hold := make(map[int]uint64, len(base))
+	for b, off := range base {
+		hold[b] = off
+	}
+	for _, raw := range items {
+		var s snapshotState
+		if json.Unmarshal(raw, &s) != nil {
+			continue
+		}
+		for b, h := range s.Hold {
+			if cur, ok := hold[b]; ok && h < cur {
+				hold[b] = h
+			}
+		}
+	}
+	return hold
 }
 
 // formatBaselines lists baselines by bucket: "bucket 0 at 12, bucket 2 at 40".

@@ -82,6 +82,15 @@ func expected(count uint64) map[int64][]string {
 // replayed from offset 0.
 func checkTable(t *testing.T, tbl *aggmerge.Table, want map[int64][]string) {
 	t.Helper()
+	got := checkRows(t, tbl, want)
+	if replayed := replay(t, tbl); fmt.Sprint(replayed) != fmt.Sprint(got) {
+		t.Fatalf("the log replayed from offset 0 differs from the table")
+	}
+}
+
+// checkRows compares the table with the exact answer and returns its rows.
+func checkRows(t *testing.T, tbl *aggmerge.Table, want map[int64][]string) map[int64][]string {
+	t.Helper()
 	got := map[int64][]string{}
 	err := tbl.Scan(func(r aggmerge.Row) error {
 		got[r.Key[0].Int()] = format(r.Values)
@@ -126,10 +135,7 @@ func checkTable(t *testing.T, tbl *aggmerge.Table, want map[int64][]string) {
 	if len(got) != len(want) || bad > 0 {
 		t.Fatalf("%d of %d keys wrong; %d rows, want %d", bad, len(want), len(got), len(want))
 	}
-	replayed := replay(t, tbl)
-	if fmt.Sprint(replayed) != fmt.Sprint(got) {
-		t.Fatalf("the log replayed from offset 0 differs from the table")
-	}
+	return got
 }
 
 // format prints values as the expectation does (strings unquoted).
