@@ -18,7 +18,8 @@ import (
 
 func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build func(j *runtime.Job, sink func() runtime.Sink[operators.Event])) {
 	var got atomic.Int64
-	opts := runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: par,
+	reg := newRegistry()
+	opts := runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: par, Registerer: reg,
 		Checkpoint: runtime.CheckpointOptions{Interval: interval}}
 	if keyed {
 		opts.StateBackend = pebblestate.NewFactory(pebblestate.Options{})
@@ -34,6 +35,22 @@ func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build f
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	if got.Load() != int64(b.N) {
 		b.Fatalf("%d records reached the sink, want %d", got.Load(), b.N)
+	}
+	if interval > 0 {
+		mean := func(name string) float64 {
+			mfs, _ := reg.Gather()
+			for _, mf := range mfs {
+				if mf.GetName() == name {
+					h := mf.GetMetric()[0].GetHistogram()
+					if h.GetSampleCount() > 0 {
+						return 1000 * h.GetSampleSum() / float64(h.GetSampleCount())
+					}
+				}
+			}
+			return 0
+		}
+		b.ReportMetric(mean("ebbflow_checkpoint_duration_seconds"), "ckpt-ms")
+		b.ReportMetric(mean("ebbflow_checkpoint_alignment_seconds"), "align-ms")
 	}
 }
 
