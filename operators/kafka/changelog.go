@@ -209,54 +209,76 @@ func objectField(r Row, name string) (Row, bool) {
 }
 
 // Normalizer derives exact changes from upsert records by remembering the
-// last row of every key (Flink's ChangelogNormalize): an upsert of a new
-// key is an insert, of a known key an update with the remembered row as
-// Before (nothing when the row is the same), and a tombstone of a known key
-// a delete with Before (nothing for an unknown key). Other changes pass
-// through and update the memory. Its memory grows with the keys: in a job
-// it belongs in keyed state.
+// last row of every key in memory: see normalizeChange. For a job, where that
+// memory must be checkpointed, use NormalizeChanges.
 type Normalizer struct {
-	last map[string]Row
+	last mapMemory
 }
 
 // Normalize returns c as an exact change; ok is false when c changes
 // nothing.
 func (n *Normalizer) Normalize(c Change) (Change, bool) {
 	if n.last == nil {
-		n.last = map[string]Row{}
+		n.last = mapMemory{}
 	}
-	k := string(c.RawKey)
-	prev, known := n.last[k]
-	switch c.Op {
-	case ChangeUpsert:
-		if known && sameRow(prev, c.After) {
-			return c, false
-		}
-		n.last[k] = c.After.Clone()
-		if !known {
-			c.Op = ChangeInsert
-			return c, true
-		}
-		c.Op, c.Before = ChangeUpdate, prev
-		return c, true
-	case ChangeDelete:
-		if !known {
-			return c, c.Before.Len() > 0
-		}
-		delete(n.last, k)
-		if c.Before.Len() == 0 {
-			c.Before = prev
-		}
-		return c, true
-	case ChangeInsert, ChangeUpdate:
-		n.last[k] = c.After.Clone()
-		return c, true
-	}
-	return c, false
+	c, ok, _ := normalizeChange(n.last, c) // a map never fails
+	return c, ok
 }
 
 // Len returns the number of keys remembered.
 func (n *Normalizer) Len() int { return len(n.last) }
+
+// rowMemory is the last row of every key, by raw record key.
+type rowMemory interface {
+	get(key string) (Row, bool, error)
+	put(key string, r Row) error
+	del(key string) error
+}
+
+type mapMemory map[string]Row
+
+func (m mapMemory) get(k string) (Row, bool, error) { r, ok := m[k]; return r, ok, nil }
+func (m mapMemory) put(k string, r Row) error       { m[k] = r.Clone(); return nil }
+func (m mapMemory) del(k string) error              { delete(m, k); return nil }
+
+// normalizeChange is Flink's ChangelogNormalize: an upsert of a new key is an
+// insert, of a known key an update with the remembered row as Before
+// (nothing when the row is the same), and a tombstone of a known key a
+// delete with Before (nothing for an unknown key). Inserts, updates and
+// deletes with their rows pass through and update the memory.
+func normalizeChange(m rowMemory, c Change) (Change, bool, error) {
+	k := string(c.RawKey)
+	prev, known, err := m.get(k)
+	if err != nil {
+		return c, false, err
+	}
+	switch c.Op {
+	case ChangeUpsert:
+		if known && sameRow(prev, c.After) {
+			return c, false, nil
+		}
+		if err := m.put(k, c.After); err != nil {
+			return c, false, err
+		}
+		if !known {
+			c.Op = ChangeInsert
+			return c, true, nil
+		}
+		c.Op, c.Before = ChangeUpdate, prev
+		return c, true, nil
+	case ChangeDelete:
+		if !known {
+			return c, c.Before.Len() > 0, nil
+		}
+		if c.Before.Len() == 0 {
+			c.Before = prev
+		}
+		return c, true, m.del(k)
+	case ChangeInsert, ChangeUpdate:
+		return c, true, m.put(k, c.After)
+	}
+	return c, false, nil
+}
 
 func sameRow(a, b Row) bool {
 	return string(appendObject(nil, a.fields)) == string(appendObject(nil, b.fields))
