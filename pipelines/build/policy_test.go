@@ -1,0 +1,148 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// policyJob reads {k, a, b} and stores a % b per k: b = 0 fails the
+// expression at run time.
+const policyJob = `
+job: {name: policy}
+source:
+  kafka:
+    brokers: [%s]
+    topics: [%s]
+    on_error: %s
+    %s
+    schema: {k: string, a: int64, b: int64}
+transforms:
+  - map: {r: a %% b}
+sink:
+  table: {name: mods, primary_key: [k], buckets: 2, columns: {sum: {agg: sum, from: r}, n: {agg: count}}}
+checkpoint: {interval: 50ms}
+restart: {max_attempts: 0}
+`
+
+// TestEvalErrorPolicies sends records whose expression fails (b = 0) and
+// checks each on_error policy: fail ends the job with the expression's
+// error; skip drops them; dead_letter writes their fields to the topic.
+func TestEvalErrorPolicies(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 1)
+	var recs []*kgo.Record
+	wantSum, wantN, bad := int64(0), int64(0), 0
+	for i := range 200 {
+		b := int64(i%7 + 1)
+		if i%10 == 3 {
+			b, bad = 0, bad+1
+		} else {
+			wantSum += int64(i) % b
+			wantN++
+		}
+		recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, `{"k":"x","a":%d,"b":%d}`, i, b)})
+	}
+	kafkatest.Produce(t, brokers, recs...)
+	dlq := kafkatest.NewTopic(t, brokers, 1)
+	for _, policy := range []string{"fail", "skip", "dead_letter"} {
+		t.Run(policy, func(t *testing.T) {
+			extra := ""
+			if policy == "dead_letter" {
+				extra = "dead_letter_topic: " + dlq
+			}
+			p := load(t, fmt.Sprintf(policyJob, strings.Join(brokers, ","), topic, policy, extra))
+			reg := prometheus.NewRegistry()
+			e := NewEnv(Options{DataDir: t.TempDir(), Registerer: reg, Logger: testLogger()})
+			if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			j, err := e.Build(p, runtime.RestoreLatest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- j.Run(context.Background()) }()
+			if policy == "fail" {
+				select {
+				case err := <-done:
+					if !errors.Is(err, pipelines.ErrEval) {
+						t.Fatalf("Run: %v, want an ErrEval", err)
+					}
+				case <-time.After(30 * time.Second):
+					j.Stop()
+					t.Fatal("the job did not fail")
+				}
+				return
+			}
+			tab, _ := e.Table("mods")
+			deadline := time.Now().Add(30 * time.Second)
+			var sum, n int64
+			for time.Now().Before(deadline) {
+				if r, ok, err := tab.Get([]agg.Value{agg.StringValue("x")}); err == nil && ok {
+					sum, n = r.Values[0].Int(), r.Values[1].Int()
+					if n == wantN {
+						break
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			var skipped float64
+			if policy == "skip" {
+				skipped = dropped(t, reg) // before the job's metrics go with it
+			}
+			j.Stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if sum != wantSum || n != wantN {
+				t.Fatalf("sum %d n %d, want %d %d", sum, n, wantSum, wantN)
+			}
+			if policy == "skip" && skipped != float64(bad) {
+				t.Fatalf("%v records counted as dropped, want %d", skipped, bad)
+			}
+			if policy == "dead_letter" {
+				got := kafkatest.ConsumeAll(t, brokers, dlq)
+				if len(got) != bad {
+					t.Fatalf("%d dead letters, want %d", len(got), bad)
+				}
+				for _, r := range got {
+					if !strings.HasSuffix(string(r.Value), `"b":0}`) || len(r.Headers) == 0 || r.Headers[0].Key != kafka.HeaderError {
+						t.Fatalf("dead letter %s %v", r.Value, r.Headers)
+					}
+				}
+			}
+		})
+	}
+}
+
+// dropped sums ebbflow_operator_records_dropped_total.
+func dropped(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "ebbflow_operator_records_dropped_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
