@@ -294,8 +294,8 @@ func TestRestoreOlderCheckpoint(t *testing.T) {
 }
 
 // TestRestoreEarliestCheckpoint restores, at another parallelism, the
-// first checkpoint of a job that ran to its end: nearly every write is
-// undone, then the replay of the input writes it again.
+// first checkpoint of a job that ran to its end, taken before any record:
+// every write is undone, then the replay of the input writes it again.
 func TestRestoreEarliestCheckpoint(t *testing.T) {
 	const count = 5_000
 	tbl, dataDir := openTable(t), t.TempDir()
@@ -303,7 +303,14 @@ func TestRestoreEarliestCheckpoint(t *testing.T) {
 	if err := first.run(t, tbl, dataDir); err != nil {
 		t.Fatal(err)
 	}
-	restoreAndCheck(t, tbl, dataDir, 3, count, completedCheckpoints(t, dataDir)[0])
+	initial := completedCheckpoints(t, dataDir)[0]
+	// It was taken before any record: every bucket at 0.
+	for b, off := range baselinesAt(t, dataDir, initial) {
+		if off != 0 {
+			t.Fatalf("first checkpoint %d: bucket %d at %d, want every bucket at 0", initial, b, off)
+		}
+	}
+	restoreAndCheck(t, tbl, dataDir, 3, count, initial)
 }
 
 func completedCheckpoints(t *testing.T, dataDir string) []barrier.CheckpointID {
