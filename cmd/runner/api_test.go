@@ -114,3 +114,19 @@ func TestAPI(t *testing.T) {
 		t.Fatalf("table scan of the stopped runner: exit %d:\n%s", code, out)
 	}
 }
+
+// TestShutdownTimeout stops a runner whose shutdown timeout cannot be met:
+// the jobs are cancelled (state at the last checkpoint) and the exit code
+// is 1.
+func TestShutdownTimeout(t *testing.T) {
+	dir := t.TempDir()
+	c := start(t, nil, "run", "-f", "../../examples/visitors/job.yaml", "--data-dir", dir, "--http-address", "127.0.0.1:0",
+		"--set", "shutdown_timeout=1ns", "--summary", "0")
+	waitFor(t, c, 30*time.Second, "the runner's address", func() bool { return liveRunner(dir) != "" })
+	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.exitCode(t, 30*time.Second); code != exitFailure || !strings.Contains(c.stderr.String(), "shutdown timeout") {
+		t.Fatalf("exit %d, want %d after the shutdown timeout; log:\n%s", code, exitFailure, c.stderr.String())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,20 @@ func TestQuickstart(t *testing.T) {
 		}
 		return totalOrders(scanJSON(t, dir, "revenue", "region")) == totalOrders(want)
 	})
+	out, code := runCLI(t, nil, "changelog", "tail", "--data-dir", dir, "--topic", "revenue-changelog", "-n", "3")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 {
+		t.Fatalf("changelog tail: exit %d: %q", code, out)
+	} else {
+		var rec struct {
+			Key     map[string]string
+			Value   map[string]any
+			Headers map[string]string
+		}
+		if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil || want[rec.Key["region"]] == nil ||
+			rec.Value["region"] != rec.Key["region"] || rec.Headers["table"] != "revenue" {
+			t.Fatalf("changelog record %s (%v)", lines[0], err)
+		}
+	}
 	stopGracefully(t, c)
 	got := scanJSON(t, dir, "revenue", "region")
 	if len(got) != len(want) {

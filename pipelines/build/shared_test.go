@@ -107,3 +107,42 @@ func columnsOf(s aggmerge.Schema) string {
 	}
 	return out
 }
+
+// TestUnion merges two datagen sources and a table counts both.
+func TestUnion(t *testing.T) {
+	p := load(t, `
+job: {name: union, parallelism: 2}
+source:
+  - datagen: {seed: 1, rate: 0, count: 3000, fields: {k: {one_of: [a, b]}}}
+  - datagen: {seed: 2, rate: 0, count: 2000, fields: {k: {one_of: [b, c]}}}
+sink:
+  table: {name: counts, primary_key: [k], columns: {n: {agg: count}}}
+`)
+	want := map[string]int64{}
+	for i, count := range []int64{3000, 2000} {
+		g, err := p.NewGenerator(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range count {
+			want[g.Row(n)[0].(string)]++
+		}
+	}
+	e := newEnv(t, t.TempDir(), p)
+	defer e.Close()
+	j, err := e.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tab, _ := e.Table("counts")
+	got := map[string]int64{}
+	if err := tab.Scan(func(r aggmerge.Row) error { got[r.Key[0].Str()] = r.Values[0].Int(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || got["a"] != want["a"] || got["b"] != want["b"] || got["c"] != want["c"] {
+		t.Fatalf("counts %v, want %v", got, want)
+	}
+}
