@@ -23,7 +23,7 @@ func seed(t *testing.T) int64 { return crashtest.Seed(t, *seedFlag) }
 
 // runChaos runs the exactly-once job with faults and returns the oracle's
 // verdict.
-func runChaos(t *testing.T, seed int64, par int, mode barrier.Mode, budget int) (error, map[string]int) {
+func runChaos(t *testing.T, seed int64, par int, mode barrier.Mode, budget int) (map[string]int, error) {
 	const count, keys = 200_000, 500
 	dir := t.TempDir()
 	f := chaos.New(seed, budget)
@@ -44,14 +44,14 @@ func runChaos(t *testing.T, seed int64, par int, mode barrier.Mode, budget int) 
 	if err := j.Run(ctx); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	return eotest.Check(out, count, keys), f.Hits()
+	return f.Hits(), eotest.Check(out, count, keys)
 }
 
 func TestExactlyOnceWithInjectedFaults(t *testing.T) {
 	for _, par := range []int{1, 3} {
 		t.Run(fmt.Sprintf("p=%d", par), func(t *testing.T) {
 			s := seed(t)
-			err, hits := runChaos(t, s, par, barrier.ExactlyOnce, 20)
+			hits, err := runChaos(t, s, par, barrier.ExactlyOnce, 20)
 			t.Logf("faults injected: %v", hits)
 			if err != nil {
 				t.Fatalf("seed %d: %v", s, err)
@@ -73,7 +73,7 @@ func TestExactlyOnceWithInjectedFaults(t *testing.T) {
 func TestAtLeastOnceIsDetected(t *testing.T) {
 	s := seed(t)
 	for i := int64(0); i < 5; i++ {
-		err, hits := runChaos(t, s+i, 3, barrier.AtLeastOnce, 40)
+		hits, err := runChaos(t, s+i, 3, barrier.AtLeastOnce, 40)
 		if err != nil {
 			t.Logf("seed %d: detected as expected after faults %v: %.300s", s+i, hits, err)
 			return
