@@ -76,10 +76,15 @@ func TestSIGKILL(t *testing.T) {
 	}
 
 	for k := range *killsFlag {
-		produce(500 + rng.Intn(1500))
+		produce(200 + rng.Intn(500))
 		c := start(t, nil, args...)
+		// input keeps arriving until the kill, so that the table holds
+		// writes past the last checkpoint for undo to take back
 		wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
-		time.Sleep(wait)
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+			produce(20 + rng.Intn(80))
+			time.Sleep(time.Duration(5+rng.Intn(20)) * time.Millisecond)
+		}
 		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -88,8 +93,16 @@ func TestSIGKILL(t *testing.T) {
 	}
 	produce(1000)
 	c := start(t, nil, args...)
-	waitFor(t, c, 60*time.Second, "every order in the table", func() bool {
-		return liveRunner(dir) != "" && equalTotals(scanJSON(t, dir, "totals", "user"), want) == ""
+	diff := "not started"
+	waitFor(t, c, 30*time.Second, "every order in the table (seed "+strconv.FormatInt(seed, 10)+")", func() bool {
+		if liveRunner(dir) == "" {
+			return false
+		}
+		diff = equalTotals(scanJSON(t, dir, "totals", "user"), want)
+		if diff != "" {
+			t.Logf("not yet: %s", diff) // the last one explains a timeout
+		}
+		return diff == ""
 	})
 	stopGracefully(t, c)
 	if d := equalTotals(scanJSON(t, dir, "totals", "user"), want); d != "" {
