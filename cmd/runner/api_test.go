@@ -47,7 +47,7 @@ func TestAPI(t *testing.T) {
 	_, metrics := httpGet(t, base+"/metrics")
 	for _, want := range []string{"ebbflow_build_info{", `ebbflow_table_rows{table="page_visitors"}`,
 		`ebbflow_operator_records_in_total{job="visitors",operator="datagen"}`, `ebbflow_checkpoints_total{job="visitors",status="completed"}`,
-		"go_goroutines", "process_resident_memory_bytes"} {
+		"go_goroutines", "process_resident_memory_bytes", `ebbflow_job_ready{job="visitors"} 1`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics has no %s", want)
 		}
@@ -128,5 +128,24 @@ func TestShutdownTimeout(t *testing.T) {
 	}
 	if code := c.exitCode(t, 30*time.Second); code != exitFailure || !strings.Contains(c.stderr.String(), "shutdown timeout") {
 		t.Fatalf("exit %d, want %d after the shutdown timeout; log:\n%s", code, exitFailure, c.stderr.String())
+	}
+}
+
+// TestIncompatibleTable runs a bounded job to its end (exit 0), then the
+// same job writing one more column: the table's schema is fixed, exit 3.
+func TestIncompatibleTable(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"run", "-f", "../../examples/latency/job.yaml", "--data-dir", dir, "--http-address", "off",
+		"--set", "source.datagen.count=500", "--set", "source.datagen.rate=0"}
+	if c := start(t, nil, args...); c.exitCode(t, 60*time.Second) != 0 {
+		t.Fatalf("bounded job: log:\n%s", c.stderr.String())
+	}
+	out, code := runCLI(t, nil, "table", "scan", "--data-dir", dir, "--table", "endpoint_latency", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"requests":`) {
+		t.Fatalf("scan: exit %d: %s", code, out)
+	}
+	c := start(t, nil, append(args, "--set", "sink.table.columns.extra={agg: count}")...)
+	if code := c.exitCode(t, 60*time.Second); code != exitRestore {
+		t.Fatalf("exit %d, want %d; log:\n%s", code, exitRestore, c.stderr.String())
 	}
 }
