@@ -123,7 +123,7 @@ func run(ctx context.Context, f *runFlags) error {
 		}
 		r.jobs = append(r.jobs, j)
 		r.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ebbflow_job_ready",
-			Help: "1 once the job completed a checkpoint in this run (restore and undo done), else 0.",
+			Help:        "1 once the job completed a checkpoint in this run (restore and undo done), else 0.",
 			ConstLabels: prometheus.Labels{"job": j.Name()}}, func() float64 {
 			if j.Ready() {
 				return 1
