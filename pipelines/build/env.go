@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,10 +41,10 @@ type Env struct {
 	order     []string // table names, sorted
 	exporters []*export.Exporter
 
-	mu struct {
-		sync.Mutex
-		broker *embedded.Broker
-	}
+	// broker starts the embedded broker once, on first use; started holds
+	// it once running.
+	broker  func() (*embedded.Broker, error)
+	started atomic.Pointer[embedded.Broker]
 }
 
 // NewEnv returns an Env; nothing is opened before OpenTables or Build.
@@ -54,7 +55,17 @@ func NewEnv(opts Options) *Env {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	return &Env{opts: opts, log: opts.Logger, tables: map[string]*aggmerge.Table{}}
+	e := &Env{opts: opts, log: opts.Logger, tables: map[string]*aggmerge.Table{}}
+	e.broker = sync.OnceValues(func() (*embedded.Broker, error) {
+		b, err := embedded.Start(embedded.Options{Port: opts.EmbeddedPort, DataDir: filepath.Join(opts.DataDir, "kafka"), Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		e.started.Store(b)
+		e.log.Info("embedded kafka started", "brokers", b.Addrs())
+		return b, nil
+	})
+	return e
 }
 
 // DataDir returns the data directory.
@@ -178,29 +189,20 @@ func (e *Env) Brokers(c pipelines.Connection) ([]string, error) {
 	if len(c.Brokers) > 0 && !(len(c.Brokers) == 1 && c.Brokers[0] == "embedded") {
 		return c.Brokers, nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.mu.broker == nil {
-		b, err := embedded.Start(embedded.Options{Port: e.opts.EmbeddedPort, DataDir: filepath.Join(e.opts.DataDir, "kafka"),
-			Logger: e.log})
-		if err != nil {
-			return nil, err
-		}
-		e.mu.broker = b
-		e.log.Info("embedded kafka started", "brokers", b.Addrs())
+	b, err := e.broker()
+	if err != nil {
+		return nil, err
 	}
-	return e.mu.broker.Addrs(), nil
+	return b.Addrs(), nil
 }
 
 // EmbeddedBrokers returns the embedded broker's addresses, or nil when it
 // was not started.
 func (e *Env) EmbeddedBrokers() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.mu.broker == nil {
-		return nil
+	if b := e.started.Load(); b != nil {
+		return b.Addrs()
 	}
-	return e.mu.broker.Addrs()
+	return nil
 }
 
 // kafkaConfig maps a connection of a job file to the Kafka package's.
@@ -227,10 +229,8 @@ func (e *Env) Close() error {
 	for _, name := range e.order {
 		errs = append(errs, e.tables[name].Close())
 	}
-	e.mu.Lock()
-	if e.mu.broker != nil {
-		e.mu.broker.Close()
+	if b := e.started.Load(); b != nil {
+		b.Close()
 	}
-	e.mu.Unlock()
 	return errors.Join(errs...)
 }
