@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +91,7 @@ func crashChild(dir string) error {
 	par, _ := strconv.Atoi(env("PAR"))
 	seed, _ := strconv.ParseInt(env("SEED"), 10, 64)
 	var jobs []*runtime.Job
+	var running atomic.Int64 // jobs that mapped a record: their undo is done
 	for name, cols := range jobsOf(env("MODE")) {
 		opts := runtime.Options{Name: name, DataDir: dir, Parallelism: par, BatchSize: 128, Logger: childLogger(),
 			Checkpoint: runtime.CheckpointOptions{Interval: 200 * time.Millisecond},
@@ -117,7 +120,16 @@ func crashChild(dir string) error {
 		// apart: most kills leave writes past the last checkpoint to undo.
 		cfg := writer.Config{Table: tbl, Columns: cols, UnsafeSkipUndo: env("SKIPUNDO") != "",
 			FlushInterval: 10 * time.Millisecond, NoCombine: env("NOCOMBINE") != ""}
-		if err := writer.To(events, "table", cfg, mapperFor(cols)); err != nil {
+		// A record mapped proves the job's undo is done: only then may the
+		// final run judge the table complete (before, it may still hold the
+		// killed run's writes that undo is about to remove).
+		var marked sync.Once
+		mapper := mapperFor(cols)
+		counted := func(e operators.Event, r *writer.Row) error {
+			marked.Do(func() { running.Add(1) })
+			return mapper(e, r)
+		}
+		if err := writer.To(events, "table", cfg, counted); err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
@@ -130,7 +142,7 @@ func crashChild(dir string) error {
 	}
 	if n := env("FINAL"); n != "" {
 		want, _ := strconv.ParseInt(n, 10, 64)
-		go stopWhenComplete(tbl, want, jobs)
+		go stopWhenComplete(tbl, want, jobs, &running)
 	}
 	for range jobs {
 		if err := <-errs; err != nil {
@@ -152,7 +164,10 @@ func barrierID(n uint64) barrier.CheckpointID { return barrier.CheckpointID(n) }
 
 // stopWhenComplete stops the jobs (final checkpoint) once both count
 // columns reached want: every record is in (or counted twice somewhere).
-func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job) {
+func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, running *atomic.Int64) {
+	for running.Load() < int64(len(jobs)) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	for {
 		var n, n2 int64
 		_ = tbl.Scan(func(r aggmerge.Row) error {
