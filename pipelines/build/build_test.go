@@ -136,17 +136,21 @@ func TestDatagenStraight(t *testing.T) {
 	}
 }
 
-// TestDatagenStopAndResume stops an endless-rate job early with a final
-// checkpoint, resumes it, and checks the finished table.
+// TestDatagenStopAndResume stops a rate-limited job early with a final
+// checkpoint, resumes it at another parallelism (the lanes are dealt out
+// again) without limit, and checks the finished table.
 func TestDatagenStopAndResume(t *testing.T) {
 	const count = 30_000
 	dir := t.TempDir()
-	src := fmt.Sprintf(jobFile, 2, count, "") + "\n"
-	p := load(t, src)
+	p := load(t, fmt.Sprintf(jobFile, 3, count, ""))
 	want := oracle(t, p, count)
-	// first run: slow rate, stopped after a moment
-	slow := load(t, src+"---\n")
-	slow.Spec.Sources[0].Datagen.Rate = 20_000
+	// first run: at 20,000 records/s, stopped after a moment
+	ps, err := pipelines.Load([]pipelines.File{{Name: "job.yaml", Data: []byte(fmt.Sprintf(jobFile, 2, count, ""))}},
+		pipelines.Options{Set: []string{"source.datagen.rate=20000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := ps[0]
 	e := newEnv(t, dir, slow)
 	j, err := e.Build(slow, runtime.RestoreLatest)
 	if err != nil {
