@@ -132,7 +132,7 @@ func BenchmarkExport(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() { done <- x.Run(ctx) }()
-				for !slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+				for !slices.Equal(x.Exported(), tbl.LogEnds()) {
 					time.Sleep(time.Millisecond)
 				}
 				cancel()
@@ -193,7 +193,7 @@ func visibility(b *testing.B, brokers []string, mode Mode) []time.Duration {
 	w := newBenchWriter(b, tbl)
 	w.write(b, 1)
 	w.checkpoint(b)
-	for !slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+	for !slices.Equal(x.Exported(), tbl.LogEnds()) {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
@@ -230,7 +230,7 @@ func visibility(b *testing.B, brokers []string, mode Mode) []time.Duration {
 		time.Sleep(tick)
 	}
 	w.checkpoint(b)
-	for !slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+	for !slices.Equal(x.Exported(), tbl.LogEnds()) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // let the consumer catch up

@@ -97,7 +97,7 @@ func runChild(dir string, brokers []string, topic string, mode Mode) error {
 	if err := j.Run(ctx); err != nil {
 		return err
 	}
-	for !slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+	for !slices.Equal(x.Exported(), tbl.LogEnds()) {
 		select {
 		case err := <-done:
 			return fmt.Errorf("exporter stopped: %v", err)

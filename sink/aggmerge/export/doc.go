@@ -74,9 +74,16 @@
 //
 // # Retention
 //
-// RetainFrom gives, per bucket, the lowest log offset the exporter may
-// read again (its restart point, which can be before its position while a
-// rollback is pending): log retention must not truncate at or above it.
+// The exporter holds the table's log (Table.Hold, holder = its
+// transactional id) from where a restarted exporter would read: the
+// restart point in the header of each partition's last committed record
+// (entries passed over after it, such as markers, are read again by a
+// restart). It holds every bucket from the log start as soon as Run
+// begins, so Table.TruncateHeld, which the writer calls after its
+// checkpoints, never drops an entry the exporter still needs; the hold is
+// kept in the table across restarts. RetainFrom returns it; Exported
+// returns how far the export has got. An exporter removed for good must
+// release its hold (Table.ReleaseHold(x.Holder())).
 //
 // # Formats
 //

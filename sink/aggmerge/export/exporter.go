@@ -29,6 +29,7 @@ type Exporter struct {
 	mu struct {
 		sync.Mutex
 		retain []uint64 // per bucket: the lowest log offset still needed
+		done   []uint64 // per bucket: exported or passed over below this
 	}
 }
 
@@ -50,23 +51,52 @@ func New(cfg Config) (*Exporter, error) {
 	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(),
 		format: cfg.Format, topic: cfg.Topic, now: cfg.Now}
 	x.mu.retain = make([]uint64, x.buckets)
+	x.mu.done = make([]uint64, x.buckets)
 	return x, nil
 }
 
 // RetainFrom returns, per bucket, the lowest log offset the exporter may
-// still read: log retention must not truncate at or above it. Before Run
-// has resumed from the topic it is 0 (keep everything).
+// still read, also after a restart; the exporter also records it as its hold on the table's log
+// (Table.Hold under Holder), so Table.TruncateHeld never drops what it has
+// not exported. Before Run has resumed from the topic it is 0.
 func (x *Exporter) RetainFrom() []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return append([]uint64(nil), x.mu.retain...)
 }
 
+// Exported returns, per bucket, the log offset below which every entry
+// has been exported (in a committed transaction) or passed over for good:
+// the exporter has caught up with a bucket when it equals its log end.
+func (x *Exporter) Exported() []uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]uint64(nil), x.mu.done...)
+}
+
+// Holder is the exporter's retention holder on the table: its
+// transactional id. An exporter removed for good must release it
+// (Table.ReleaseHold), or the log is kept for it forever.
+func (x *Exporter) Holder() string { return x.cfg.TransactionalID }
+
 // Run exports until ctx is done (then it returns nil) or a fatal error
 // (ErrPartitions, ErrGap, ErrMismatch, ErrFenced, or the table closed). A
 // failed transaction re-initialises the producer and resumes from what the
 // topic holds, with a backoff. Run starts no goroutine that outlives it.
 func (x *Exporter) Run(ctx context.Context) error {
+	// Hold the log from its start at once: nothing may be truncated while
+	// the exporter finds, from the topic, where it stands.
+	start := map[int]uint64{}
+	for b := range x.buckets {
+		s, _, err := x.cfg.Table.LogOffsets(b)
+		if err != nil {
+			return err
+		}
+		start[b] = s
+	}
+	if err := x.cfg.Table.Hold(x.Holder(), start); err != nil {
+		return fmt.Errorf("changelog exporter: hold the log of %q: %w", x.cfg.Name, err)
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := x.session(ctx)
@@ -120,7 +150,9 @@ func (x *Exporter) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	x.publish(cs)
+	if err := x.publish(cs); err != nil {
+		return err
+	}
 	x.log.Info("changelog export resumed", "mode", x.cfg.Mode, "format", x.cfg.Format, "transactional_id", x.cfg.TransactionalID)
 	tick := time.NewTicker(x.cfg.PollInterval)
 	defer tick.Stop()
@@ -145,6 +177,7 @@ func (x *Exporter) session(ctx context.Context) error {
 func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int, error) {
 	var changes []change
 	var recs []*kgo.Record
+	held := map[int]uint64{} // the restart point of each bucket's last record
 	ends := x.cfg.Table.LogEnds()
 	if x.cfg.Mode == Uncommitted && slices.ContainsFunc(cs, func(c *cursor) bool { return c.done < ends[c.bucket] }) {
 		// The table's writes are unsynced until a checkpoint: a SIGKILL may
@@ -172,13 +205,21 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 		for i := range changes {
 			recs = x.enc.records(recs, c.bucket, &changes[i])
 		}
+		if len(changes) > 0 {
+			held[c.bucket] = changes[len(changes)-1].resume
+		}
 	}
 	if len(recs) > 0 {
 		if err := x.transact(ctx, cl, recs); err != nil {
 			return 0, err
 		}
 	}
-	x.publish(cs)
+	for b, off := range held {
+		cs[b].held = off
+	}
+	if err := x.publish(cs); err != nil {
+		return 0, err
+	}
 	for _, c := range cs {
 		x.m.lag.WithLabelValues(strconv.Itoa(c.bucket)).Set(float64(ends[c.bucket] - min(c.done, ends[c.bucket])))
 	}
@@ -225,13 +266,34 @@ func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 	return nil
 }
 
-// publish makes the cursors' restart points visible to RetainFrom.
-func (x *Exporter) publish(cs []*cursor) {
+// publish records where a restarted exporter would read from (the restart
+// points of the partitions' last committed records) as the exporter's hold
+// on the log, where they moved, and makes them visible to RetainFrom.
+func (x *Exporter) publish(cs []*cursor) error {
+	x.mu.Lock()
+	for _, c := range cs {
+		x.mu.done[c.bucket] = c.done
+	}
+	moved := map[int]uint64{}
+	for _, c := range cs {
+		if x.mu.retain[c.bucket] != c.held {
+			moved[c.bucket] = c.held
+		}
+	}
+	x.mu.Unlock()
+	if len(moved) == 0 {
+		return nil
+	}
+	// Hold before publishing: RetainFrom never says more than the hold.
+	if err := x.cfg.Table.Hold(x.Holder(), moved); err != nil {
+		return fmt.Errorf("hold the log of %q: %w", x.cfg.Name, err)
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, c := range cs {
-		x.mu.retain[c.bucket] = c.resume
+	for b, off := range moved {
+		x.mu.retain[b] = off
 	}
+	return nil
 }
 
 func firstErr(a, b error) error {

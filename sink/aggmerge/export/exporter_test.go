@@ -125,11 +125,11 @@ func waitExported(t testing.TB, x *Exporter, tbl *aggmerge.Table) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if slices.Equal(x.RetainFrom(), tbl.LogEnds()) {
+		if slices.Equal(x.Exported(), tbl.LogEnds()) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not exported after 30s: at %v, log ends %v", x.RetainFrom(), tbl.LogEnds())
+			t.Fatalf("not exported after 30s: at %v, log ends %v", x.Exported(), tbl.LogEnds())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -365,3 +365,64 @@ func TestExportZombieFenced(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// TestExportHoldsTheLog: the exporter's hold keeps log retention
+// (Table.TruncateHeld, which the writer calls after its checkpoints) from
+// dropping entries it has not exported, and lets it drop the rest.
+func TestExportHoldsTheLog(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	tbl := openTable(t, t.TempDir())
+	topic := kafkatest.NewTopic(t, brokers, testBuckets)
+	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers},
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	w := newMultiWriter(t, tbl, 6)
+	writerHoldsAll := func() {
+		held := map[int]uint64{}
+		for b, end := range tbl.LogEnds() {
+			held[b] = end
+		}
+		if err := tbl.Hold(aggmerge.HolderOf(w.w.ID), held); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, stop := startExporter(t, cfg)
+	for range 10 {
+		w.batch(10) // not committed: the exporter cannot export them yet
+	}
+	writerHoldsAll()
+	time.Sleep(50 * time.Millisecond) // let the exporter take its hold and look
+	if err := tbl.TruncateHeld(); err != nil {
+		t.Fatal(err)
+	}
+	for b := range testBuckets {
+		if start, _, _ := tbl.LogOffsets(b); start != 0 {
+			t.Fatalf("bucket %d truncated below %d while nothing was exported", b, start)
+		}
+	}
+	w.checkpoint()
+	waitExported(t, x, tbl)
+	writerHoldsAll()
+	if err := tbl.TruncateHeld(); err != nil {
+		t.Fatal(err)
+	}
+	truncated := 0
+	for b := range testBuckets {
+		if start, _, _ := tbl.LogOffsets(b); start > 0 {
+			truncated++
+		}
+	}
+	if truncated == 0 {
+		t.Fatal("nothing truncated once everything was exported")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	w.batch(10)
+	w.checkpoint()
+	x, stop = startExporter(t, cfg) // resumes above the truncated start
+	waitExported(t, x, tbl)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	sameMaps(t, topicJSON(t, brokers, topic, UpsertJSON), tableJSON(t, tbl))
+}

@@ -171,7 +171,7 @@ func (x *Exporter) cursors(last []lastExported) ([]*cursor, error) {
 		c := &cursor{bucket: b}
 		switch {
 		case !l.found:
-			c.done, c.resume = start, start
+			c.done, c.resume, c.held = start, start, start
 			if start > 0 {
 				x.log.Warn("changelog partition empty but the table's log starts later: exporting from the log start",
 					"table", x.cfg.Name, "bucket", b, "log_start", start)
@@ -186,7 +186,7 @@ func (x *Exporter) cursors(last []lastExported) ([]*cursor, error) {
 			return nil, fmt.Errorf("%w: table %q bucket %d: the exporter resumes at %d, the log starts at %d",
 				ErrGap, x.cfg.Name, b, l.resume, start)
 		default:
-			c.done, c.resume = l.offset+1, l.resume
+			c.done, c.resume, c.held = l.offset+1, l.resume, l.resume
 		}
 		cs[b] = c
 	}

@@ -29,6 +29,11 @@ type cursor struct {
 	done uint64
 	// resume: a scan that rebuilds the selection state starts here (≤ done).
 	resume uint64
+	// held: where an exporter restarted now would read from, per the last
+	// committed record of the partition (≤ resume): the log is held from
+	// here, since entries passed over after that record (markers, rolled
+	// back or invisible ones) are read again by a restart.
+	held uint64
 	// Committed mode: the markers at offsets in [resume, scanned), in order.
 	markers []marker
 	scanned uint64
