@@ -56,9 +56,9 @@ func New(cfg Config) (*Exporter, error) {
 }
 
 // RetainFrom returns, per bucket, the lowest log offset the exporter may
-// still read, also after a restart; the exporter also records it as its hold on the table's log
-// (Table.Hold under Holder), so Table.TruncateHeld never drops what it has
-// not exported. Before Run has resumed from the topic it is 0.
+// still read, also after a restart. The exporter records it as its hold on
+// the table's log (Table.Hold under Holder), so Table.TruncateHeld never
+// drops what it has not exported. Before Run has resumed it is 0.
 func (x *Exporter) RetainFrom() []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
