@@ -1,7 +1,7 @@
 // Package pipelines loads YAML job files strictly and compiles their
-// expressions; building runtime jobs from them goes through a Registry of
-// source and sink constructors that the wiring fills (this package never
-// imports Kafka, pebble or the table engine).
+// expressions; pipelines/build turns a loaded Pipeline into runtime jobs
+// with the concrete sources and sinks (this package never imports Kafka,
+// pebble or the table engine).
 //
 // Load parses each document of each file into yaml.v3 nodes, applies the
 // --set overrides to the node tree, and decodes the tree against Spec, led
