@@ -11,10 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -91,9 +91,11 @@ func crashChild(dir string) error {
 	par, _ := strconv.Atoi(env("PAR"))
 	seed, _ := strconv.ParseInt(env("SEED"), 10, 64)
 	var jobs []*runtime.Job
-	var running atomic.Int64 // jobs that mapped a record: their undo is done
+	var regs []*prometheus.Registry // per job: a completed checkpoint shows its undo is done
 	for name, cols := range jobsOf(env("MODE")) {
-		opts := runtime.Options{Name: name, DataDir: dir, Parallelism: par, BatchSize: 128, Logger: childLogger(),
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
+		opts := runtime.Options{Name: name, DataDir: dir, Parallelism: par, BatchSize: 128, Logger: childLogger(), Registerer: reg,
 			Checkpoint: runtime.CheckpointOptions{Interval: 200 * time.Millisecond},
 			Restart:    runtime.RestartOptions{InitialBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}}
 		if id := env("RESTORE_" + name); id != "" {
@@ -120,16 +122,7 @@ func crashChild(dir string) error {
 		// apart: most kills leave writes past the last checkpoint to undo.
 		cfg := writer.Config{Table: tbl, Columns: cols, UnsafeSkipUndo: env("SKIPUNDO") != "",
 			FlushInterval: 10 * time.Millisecond, NoCombine: env("NOCOMBINE") != ""}
-		// A record mapped proves the job's undo is done: only then may the
-		// final run judge the table complete (before, it may still hold the
-		// killed run's writes that undo is about to remove).
-		var marked sync.Once
-		mapper := mapperFor(cols)
-		counted := func(e operators.Event, r *writer.Row) error {
-			marked.Do(func() { running.Add(1) })
-			return mapper(e, r)
-		}
-		if err := writer.To(events, "table", cfg, counted); err != nil {
+		if err := writer.To(events, "table", cfg, mapperFor(cols)); err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
@@ -142,7 +135,7 @@ func crashChild(dir string) error {
 	}
 	if n := env("FINAL"); n != "" {
 		want, _ := strconv.ParseInt(n, 10, 64)
-		go stopWhenComplete(tbl, want, jobs, &running)
+		go stopWhenComplete(tbl, want, jobs, regs)
 	}
 	for range jobs {
 		if err := <-errs; err != nil {
@@ -160,13 +153,35 @@ func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+func checkpointsDone(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "ebbflow_checkpoints_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "status" && l.GetValue() == "completed" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 func barrierID(n uint64) barrier.CheckpointID { return barrier.CheckpointID(n) }
 
 // stopWhenComplete stops the jobs (final checkpoint) once both count
-// columns reached want: every record is in (or counted twice somewhere).
-func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, running *atomic.Int64) {
-	for running.Load() < int64(len(jobs)) {
-		time.Sleep(10 * time.Millisecond)
+// columns reached want: every record is in (or counted twice somewhere). It
+// judges only once every job completed a checkpoint in this run, which
+// follows its undo: before, the table may still hold the killed run's
+// writes that undo is about to remove.
+func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, regs []*prometheus.Registry) {
+	for _, reg := range regs {
+		for checkpointsDone(reg) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	for {
 		var n, n2 int64

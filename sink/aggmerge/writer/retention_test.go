@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
@@ -18,8 +20,9 @@ func TestLogRetention(t *testing.T) {
 	const count = 30_000
 	tbl := openTable(t)
 	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
 	run := func(rp runtime.RestorePoint) {
-		j := runtime.NewJob(runtime.Options{Name: "retain", DataDir: dir, Parallelism: 2, Restore: rp,
+		j := runtime.NewJob(runtime.Options{Name: "retain", DataDir: dir, Parallelism: 2, Restore: rp, Registerer: reg,
 			Checkpoint: runtime.CheckpointOptions{Interval: 20 * time.Millisecond, Retain: 2}})
 		src := runtime.FromSource(j, "sequence", operators.NewSequence(operators.SequenceConfig{Count: count, Rate: 20_000}))
 		if err := writer.To(src, "table", writer.Config{Table: tbl, TruncateLog: true, NoCombine: true, FlushInterval: 5 * time.Millisecond}, mapEvent); err != nil {
@@ -60,6 +63,21 @@ func TestLogRetention(t *testing.T) {
 	if oldest == nil {
 		t.Fatal("no retained checkpoint")
 	}
+	reg = prometheus.NewRegistry()
 	run(runtime.RestoreCheckpoint(oldest.ID))
 	checkRows(t, tbl, expected(count))
+	// The restore's undo is published by each of the two subtasks.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, mf := range mfs {
+		series[mf.GetName()] = len(mf.GetMetric())
+	}
+	for _, name := range []string{"ebbflow_sink_undo_entries_scanned", "ebbflow_sink_undo_keys_restored", "ebbflow_sink_undo_duration_seconds"} {
+		if series[name] != 2 {
+			t.Errorf("%s: %d series after a restore at parallelism 2, want 2", name, series[name])
+		}
+	}
 }

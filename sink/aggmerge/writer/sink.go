@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -243,8 +245,32 @@ func (s *sink[T]) recover(base map[int]uint64) error {
 	if err := t.Sync(); err != nil {
 		return err
 	}
+	d := time.Since(start)
 	log.Info("undo finished", "table", t.Dir(), "checkpoint", s.ctx.Restored, "buckets", len(s.owned),
-		"entries_scanned", scanned, "keys_restored", restored, "duration", time.Since(start), "skipped", !undo)
+		"entries_scanned", scanned, "keys_restored", restored, "duration", d, "skipped", !undo)
+	return registerUndo(s.ctx.Registerer, scanned, restored, d)
+}
+
+// registerUndo publishes what the restore's undo did, as gauges of the
+// subtask (its Registerer is labelled with job, operator and subtask).
+func registerUndo(reg prometheus.Registerer, scanned, restored int, d time.Duration) error {
+	if reg == nil {
+		return nil
+	}
+	for _, g := range []struct {
+		name, help string
+		v          float64
+	}{
+		{"ebbflow_sink_undo_entries_scanned", "Log entries the last restore's undo read.", float64(scanned)},
+		{"ebbflow_sink_undo_keys_restored", "Keys the last restore's undo set back.", float64(restored)},
+		{"ebbflow_sink_undo_duration_seconds", "Duration of the last restore's undo.", d.Seconds()},
+	} {
+		m := prometheus.NewGauge(prometheus.GaugeOpts{Name: g.name, Help: g.help})
+		m.Set(g.v)
+		if err := reg.Register(m); err != nil {
+			return fmt.Errorf("register undo metrics: %w", err)
+		}
+	}
 	return nil
 }
 
