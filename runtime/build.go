@@ -156,6 +156,5 @@ func (a *attempt) closeTasks(tasks []*task) {
 				a.log.Warn("close operator", "operator", t.chain.nodes[k].uid, "subtask", t.subtask, "err", err)
 			}
 		}
-		t.unregister()
 	}
 }

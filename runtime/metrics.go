@@ -1,8 +1,8 @@
 package runtime
 
 import (
+	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,57 +89,36 @@ func (m *metrics) recordsOut(uid string) func(int) {
 func (m *metrics) alignment(d time.Duration) { m.alignmentSeconds.Observe(d.Seconds()) }
 
 // registerer gives an operator subtask a Registerer labelled with its
-// operator and subtask, and remembers what it registered so that a restart
-// can register the same metrics again.
+// operator and subtask. A restart registers the same metrics again: the
+// new collector replaces the old one. Metrics stay registered when the job
+// ends, with their last values.
 func (t *task) registerer(uid string) prometheus.Registerer {
 	reg := t.att.job.opts.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"job": t.att.job.opts.Name, "operator": uid,
-		"subtask": strconv.Itoa(t.subtask)}, reg)
-	tr := &trackingRegisterer{inner: wrapped}
-	t.registered = append(t.registered, tr)
-	return tr
+	return replacingRegisterer{prometheus.WrapRegistererWith(prometheus.Labels{"job": t.att.job.opts.Name, "operator": uid,
+		"subtask": strconv.Itoa(t.subtask)}, reg)}
 }
 
-func (t *task) unregister() {
-	for _, r := range t.registered {
-		r.unregisterAll()
+// replacingRegisterer registers a collector in place of an equal one
+// registered before (by an earlier attempt of the job).
+type replacingRegisterer struct{ prometheus.Registerer }
+
+func (r replacingRegisterer) Register(c prometheus.Collector) error {
+	err := r.Registerer.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		r.Registerer.Unregister(are.ExistingCollector)
+		err = r.Registerer.Register(c)
 	}
+	return err
 }
 
-type trackingRegisterer struct {
-	inner prometheus.Registerer
-	mu    sync.Mutex
-	cs    []prometheus.Collector
-}
-
-func (r *trackingRegisterer) Register(c prometheus.Collector) error {
-	if err := r.inner.Register(c); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.cs = append(r.cs, c)
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
+func (r replacingRegisterer) MustRegister(cs ...prometheus.Collector) {
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {
 			panic(err)
 		}
 	}
-}
-
-func (r *trackingRegisterer) Unregister(c prometheus.Collector) bool { return r.inner.Unregister(c) }
-
-func (r *trackingRegisterer) unregisterAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.cs {
-		r.inner.Unregister(c)
-	}
-	r.cs = nil
 }

@@ -41,7 +41,6 @@ type task struct {
 	alignAt time.Time
 
 	waitComplete *barrier.CheckpointID // a source waits for this before reading on
-	registered   []*trackingRegisterer
 
 	final    *barrier.CheckpointID // snapshotted the final checkpoint; end after its completion
 	lastDone barrier.CheckpointID
