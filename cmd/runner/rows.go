@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,10 +13,6 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
-
-// timeLayout writes timestamps as the changelog does: RFC 3339, UTC,
-// microseconds.
-const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // columns lists a table's column names, key first.
 func columns(s aggmerge.Schema) []string {
@@ -37,7 +32,7 @@ func columns(s aggmerge.Schema) []string {
 func rowCells(s aggmerge.Schema, r aggmerge.Row) ([]string, error) {
 	cells := make([]string, 0, len(s.Key)+len(s.Values))
 	for _, v := range r.Key {
-		cells = append(cells, string(appendValue(nil, v)))
+		cells = append(cells, string(agg.AppendJSON(nil, v)))
 	}
 	for i, c := range s.Values {
 		v := r.Values[i]
@@ -58,7 +53,7 @@ func rowCells(s aggmerge.Schema, r aggmerge.Row) ([]string, error) {
 			case "hll":
 				n, err = agg.HLLEstimate(v)
 			default:
-				cells = append(cells, string(appendValue(nil, v)))
+				cells = append(cells, string(agg.AppendJSON(nil, v)))
 				continue
 			}
 			if err != nil {
@@ -70,40 +65,6 @@ func rowCells(s aggmerge.Schema, r aggmerge.Row) ([]string, error) {
 		cells = append(cells, "null")
 	}
 	return cells, nil
-}
-
-// appendValue appends a value as JSON: numbers as numbers, decimals as
-// strings with their scale, bytes in base64, timestamps as timeLayout, sets
-// as arrays.
-func appendValue(dst []byte, v agg.Value) []byte {
-	if v.IsNull() {
-		return append(dst, "null"...)
-	}
-	switch v.Kind() {
-	case agg.KindBool:
-		return strconv.AppendBool(dst, v.Bool())
-	case agg.KindInt64:
-		return strconv.AppendInt(dst, v.Int(), 10)
-	case agg.KindFloat64:
-		if f := v.Float(); !math.IsInf(f, 0) && !math.IsNaN(f) {
-			return strconv.AppendFloat(dst, f, 'g', -1, 64)
-		}
-		return append(dst, "null"...)
-	case agg.KindDecimal:
-		d := v.Decimal()
-		return strconv.AppendQuote(dst, d.StringFixed(max(-d.Exponent(), 0)))
-	case agg.KindString:
-		b, _ := json.Marshal(v.Str())
-		return append(dst, b...)
-	case agg.KindBytes:
-		return strconv.AppendQuote(dst, base64.StdEncoding.EncodeToString(v.Bytes()))
-	case agg.KindTimestamp:
-		return strconv.AppendQuote(dst, v.Time().Format(timeLayout))
-	case agg.KindStringSet:
-		b, _ := json.Marshal(v.Set())
-		return append(dst, b...)
-	}
-	return append(dst, "null"...)
 }
 
 // parseKey reads a primary key written as a JSON object of the key columns

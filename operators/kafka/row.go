@@ -3,7 +3,8 @@ package kafka
 import (
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/ebbflow/ebbflow/internal/jsonenc"
 )
 
 // Row is a JSON object decoded without a schema: its fields in document
@@ -211,7 +212,7 @@ func (v Value) AppendJSON(dst []byte) []byte {
 		}
 		return strconv.AppendFloat(dst, f, 'g', -1, 64)
 	case String:
-		return appendJSONString(dst, v.str)
+		return jsonenc.AppendString(dst, v.str)
 	case Object:
 		return appendObject(dst, v.kids)
 	case Array:
@@ -233,7 +234,7 @@ func appendObject(dst []byte, fs []Field) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, f.Name)
+		dst = jsonenc.AppendString(dst, f.Name)
 		dst = append(dst, ':')
 		dst = f.Value.AppendJSON(dst)
 	}
@@ -256,47 +257,3 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 
 // String returns the row as JSON.
 func (r Row) String() string { return string(appendObject(nil, r.fields)) }
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s quoted as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}

@@ -1,13 +1,10 @@
 package export
 
 import (
-	"encoding/base64"
-	"fmt"
-	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"github.com/ebbflow/ebbflow/internal/jsonenc"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -64,9 +61,9 @@ func appendKey(dst []byte, s *aggmerge.Schema, key []agg.Value) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendString(dst, c.Name)
+		dst = jsonenc.AppendString(dst, c.Name)
 		dst = append(dst, ':')
-		dst = appendValue(dst, key[i])
+		dst = agg.AppendJSON(dst, key[i])
 	}
 	return append(dst, '}')
 }
@@ -77,107 +74,15 @@ func appendRow(dst []byte, s *aggmerge.Schema, key, vals []agg.Value) []byte {
 	dst = dst[:len(dst)-1]
 	for i, c := range s.Values {
 		dst = append(dst, ',')
-		dst = appendString(dst, c.Name)
+		dst = jsonenc.AppendString(dst, c.Name)
 		dst = append(dst, ':')
-		dst = appendValue(dst, vals[i])
+		dst = agg.AppendJSON(dst, vals[i])
 	}
 	return append(dst, '}')
 }
 
-// TimeLayout is how timestamps are written: RFC 3339 in UTC with exactly
-// six fractional digits (microseconds, the table's precision).
-const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
-
-// appendValue appends one value: null (absent or null), true/false, int64
-// and float64 as JSON numbers, decimal as a string (exact digits, the
-// column's scale), string, bytes as standard base64 with padding, timestamp
-// as TimeLayout, set<string> as an array of strings.
-func appendValue(dst []byte, v agg.Value) []byte {
-	if v.IsNull() {
-		return append(dst, "null"...)
-	}
-	switch v.Kind() {
-	case agg.KindBool:
-		return strconv.AppendBool(dst, v.Bool())
-	case agg.KindInt64:
-		return strconv.AppendInt(dst, v.Int(), 10)
-	case agg.KindFloat64:
-		f := v.Float()
-		if math.IsInf(f, 0) || math.IsNaN(f) { // never stored; keep the JSON valid anyway
-			return append(dst, "null"...)
-		}
-		return strconv.AppendFloat(dst, f, 'g', -1, 64)
-	case agg.KindDecimal:
-		d := v.Decimal() // conformed: its exponent is minus the column's scale
-		dst = append(dst, '"')
-		dst = append(dst, d.StringFixed(max(-d.Exponent(), 0))...)
-		return append(dst, '"')
-	case agg.KindString:
-		return appendString(dst, v.Str())
-	case agg.KindBytes:
-		dst = append(dst, '"')
-		dst = base64.StdEncoding.AppendEncode(dst, v.Bytes())
-		return append(dst, '"')
-	case agg.KindTimestamp:
-		dst = append(dst, '"')
-		dst = v.Time().AppendFormat(dst, TimeLayout)
-		return append(dst, '"')
-	case agg.KindStringSet:
-		dst = append(dst, '[')
-		for i, s := range v.Set() {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, s)
-		}
-		return append(dst, ']')
-	}
-	panic(fmt.Sprintf("export: value of kind %s", v.Kind()))
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
+// TimeLayout is how timestamps are written (agg.TimeLayout).
+const TimeLayout = agg.TimeLayout
 
 // debeziumOp is the Debezium op code of a change.
 func debeziumOp(op aggmerge.ChangeOp) string {
@@ -209,7 +114,7 @@ func appendDebezium(dst []byte, s *aggmerge.Schema, table string, bucket int, c 
 	dst = append(dst, `","ts_ms":`...)
 	dst = strconv.AppendInt(dst, now.UnixMilli(), 10)
 	dst = append(dst, `,"source":{"name":"ebbflow","table":`...)
-	dst = appendString(dst, table)
+	dst = jsonenc.AppendString(dst, table)
 	dst = append(dst, `,"bucket":`...)
 	dst = strconv.AppendInt(dst, int64(bucket), 10)
 	dst = append(dst, `,"log_offset":`...)
