@@ -30,6 +30,15 @@ type producer struct {
 	log        *slog.Logger
 }
 
+// stopped reports err unless ctx ended: a stop while starting is no error
+// (the next run resumes from the topic).
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
 // resumeTimeout bounds reading the last records of the topic.
 const resumeTimeout = 30 * time.Second
 
@@ -45,11 +54,11 @@ func (p *producer) run(ctx context.Context) error {
 	defer cl.Close()
 	parts, err := p.ensureTopic(ctx, kadm.NewClient(cl))
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	next, err := p.resume(ctx, kadm.NewClient(cl), parts)
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	n := next[0]
 	for _, x := range next {
