@@ -1,0 +1,75 @@
+// Package depcheck holds the test that keeps the import direction of
+// DESIGN.md §2: nothing imports upward.
+package depcheck
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ebbflow/ebbflow/"
+
+// forbidden maps a package pattern (a prefix of the path inside the module)
+// to the prefixes it must not depend on, directly or not.
+var forbidden = map[string][]string{
+	"barrier":        {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
+	"state":          {module + "runtime", module + "operators", module + "sink", module + "pipelines"},
+	"runtime":        {module + "operators", module + "sink", module + "pipelines", module + "state/pebblestate", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
+	"operators":      {module + "sink", module + "pipelines"},
+	"pipelines":      {module + "operators", module + "sink/aggmerge/writer", module + "sink/aggmerge/export", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
+	"sink/aggmerge/": {module + "pipelines", module + "cmd"},
+}
+
+// exempt are packages under a pattern that are the wiring itself.
+var exempt = []string{module + "pipelines/build"}
+
+type pkg struct {
+	ImportPath string
+	Deps       []string
+}
+
+func TestImportDirection(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps=false", "-json", "../../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	checked := 0
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		rel := strings.TrimPrefix(p.ImportPath, module)
+		if isExempt(p.ImportPath) {
+			continue
+		}
+		for pattern, bans := range forbidden {
+			if rel != strings.TrimSuffix(pattern, "/") && !strings.HasPrefix(rel, strings.TrimSuffix(pattern, "/")+"/") {
+				continue
+			}
+			checked++
+			for _, d := range p.Deps {
+				for _, ban := range bans {
+					if strings.HasPrefix(d, ban) {
+						t.Errorf("%s depends on %s (forbidden by the import direction)", p.ImportPath, d)
+					}
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d packages checked: the pattern list no longer matches the tree", checked)
+	}
+}
+
+func isExempt(path string) bool {
+	for _, e := range exempt {
+		if path == e || strings.HasPrefix(path, e+"/") {
+			return true
+		}
+	}
+	return false
+}
