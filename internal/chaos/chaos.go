@@ -31,20 +31,30 @@ var Odds = map[string]float64{
 type Faults struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
+	odds   map[string]float64
 	budget int
 	hits   map[string]int
 }
 
-// New returns faults drawn from seed, at most budget of them.
-func New(seed int64, budget int) *Faults {
-	return &Faults{rng: rand.New(rand.NewSource(seed)), budget: budget, hits: map[string]int{}}
+// New returns faults drawn from seed with the default Odds, at most budget
+// of them.
+func New(seed int64, budget int) *Faults { return NewWithOdds(seed, budget, 1) }
+
+// NewWithOdds is New with every site's chance multiplied by scale (capped
+// at 1): for short tests that must meet many faults.
+func NewWithOdds(seed int64, budget int, scale float64) *Faults {
+	odds := make(map[string]float64, len(Odds))
+	for site, p := range Odds {
+		odds[site] = min(1, p*scale)
+	}
+	return &Faults{rng: rand.New(rand.NewSource(seed)), odds: odds, budget: budget, hits: map[string]int{}}
 }
 
 // Hit returns an injected error at site where, or nil.
 func (f *Faults) Hit(where string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.budget == 0 || f.rng.Float64() >= Odds[where] {
+	if f.budget == 0 || f.rng.Float64() >= f.odds[where] {
 		return nil
 	}
 	f.budget--

@@ -217,7 +217,7 @@ func TestWriterExactlyOnceWithFaults(t *testing.T) {
 	}{{1, false}, {3, false}, {1, true}, {3, true}} {
 		t.Run(fmt.Sprintf("p=%d/nocombine=%v", tc.par, tc.noCombine), func(t *testing.T) {
 			s := seed(t)
-			f := chaos.New(s, 15)
+			f := chaos.NewWithOdds(s, 15, 4)
 			tbl := openTable(t)
 			runJob(t, tbl, 100_000, tc.par, f, false, tc.noCombine)
 			t.Logf("faults: %v", f.Hits())
@@ -233,9 +233,9 @@ func TestWriterExactlyOnceWithFaults(t *testing.T) {
 // writes past the last checkpoint are replayed on top of themselves.
 func TestWriterWithoutUndoDoubleCounts(t *testing.T) {
 	s := seed(t)
-	f := chaos.New(s, 15)
+	f := chaos.NewWithOdds(s, 15, 4)
 	tbl := openTable(t)
-	runJob(t, tbl, 100_000, 2, f, true, false)
+	runJob(t, tbl, 100_000, 2, f, true, true) // no combining: writes land between barriers
 	if f.Total() == 0 {
 		t.Fatalf("seed %d: no fault injected", s)
 	}
