@@ -45,6 +45,16 @@ type Keyed struct {
 	batch      WriteBatch
 	buf        []byte // backs the keys and values of batch until Apply
 	scratch    []byte
+
+	// A barrier's flush is applied and captured on the persist goroutine
+	// (Capture). inflight is closed when it is done; until then no other
+	// Apply runs and nothing is evicted, so every key it writes stays
+	// cached and reads never see the backend behind the cache. spare* hold
+	// the other batch and buffer, swapped at each Capture.
+	inflight   chan struct{}
+	applyErr   error // set before inflight closes: the cache is ahead of the backend for good
+	spareBatch WriteBatch
+	spareBuf   []byte
 }
 
 // cachedState is what Keyed needs of each registered state.
@@ -82,6 +92,9 @@ func (kd *Keyed) CachedEntries() int { return kd.entries }
 
 // Flush writes every dirty entry of every state to the backend in one Apply.
 func (kd *Keyed) Flush() error {
+	if err := kd.wait(); err != nil {
+		return err
+	}
 	kd.batch.Reset()
 	kd.buf = kd.buf[:0]
 	for _, s := range kd.states {
@@ -102,13 +115,55 @@ func (kd *Keyed) Flush() error {
 	return nil
 }
 
-// Capture flushes the cache and captures the backend for checkpoint id into
-// dir (see KeyedBackend.Capture).
+// Capture takes the state for checkpoint id: synchronously it only copies
+// the dirty entries of the cache into a batch (they become clean); persist
+// applies that batch to the backend, captures the backend into dir and
+// persists it, on the caller's goroutine, while the task goes on. The next
+// Flush or Capture waits for it. If the apply fails, the cache holds writes
+// the backend lacks: every later Flush and Capture fails, so the task fails
+// and restores from the last checkpoint.
 func (kd *Keyed) Capture(id barrier.CheckpointID, dir string) (persist func() ([]File, error), err error) {
-	if err := kd.Flush(); err != nil {
+	if err := kd.wait(); err != nil {
 		return nil, err
 	}
-	return kd.backend.Capture(id, dir)
+	kd.batch.Reset()
+	kd.buf = kd.buf[:0]
+	for _, s := range kd.states {
+		if err := s.appendDirty(kd); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range kd.states {
+		s.markClean()
+	}
+	batch := kd.batch
+	kd.batch, kd.spareBatch = kd.spareBatch, batch
+	kd.buf, kd.spareBuf = kd.spareBuf, kd.buf
+	done := make(chan struct{})
+	kd.inflight = done
+	return func() ([]File, error) {
+		defer close(done)
+		if len(batch.Ops) > 0 {
+			if err := kd.backend.Apply(&batch); err != nil {
+				kd.applyErr = fmt.Errorf("flush keyed state for checkpoint %d: %w", id, err)
+				return nil, kd.applyErr
+			}
+		}
+		persist, err := kd.backend.Capture(id, dir)
+		if err != nil {
+			return nil, err
+		}
+		return persist()
+	}, nil
+}
+
+// wait waits for the persist of the last Capture to have applied its batch.
+func (kd *Keyed) wait() error {
+	if kd.inflight != nil {
+		<-kd.inflight
+		kd.inflight = nil
+	}
+	return kd.applyErr
 }
 
 // register records a state name; names identify states across restores.

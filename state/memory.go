@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/ebbflow/ebbflow/barrier"
 )
@@ -32,9 +33,22 @@ type memEntry struct{ key, val []byte }
 
 // memoryBackend publishes its entries as an immutable sorted slice: Apply
 // builds a new one, so Capture only keeps a reference to the current one and
-// persist may read it on another goroutine.
+// persist may read it on another goroutine, and readers on one goroutine may
+// run while Apply runs on another (Keyed applies its barrier flush
+// asynchronously).
 type memoryBackend struct {
-	entries []memEntry
+	entries []memEntry // while opening; then only through mu
+	mu      struct {
+		sync.RWMutex
+		entries []memEntry
+	}
+}
+
+// current returns the published entries; they never change.
+func (b *memoryBackend) current() []memEntry {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.mu.entries
 }
 
 func (memoryFactory) OpenKeyed(spec KeyedSpec) (KeyedBackend, error) {
@@ -50,6 +64,7 @@ func (memoryFactory) OpenKeyed(spec KeyedSpec) (KeyedBackend, error) {
 			return nil, fmt.Errorf("restore memory state: key %x in two snapshots: %w", b.entries[i].key, ErrCorrupt)
 		}
 	}
+	b.mu.entries, b.entries = b.entries, nil
 	return b, nil
 }
 
@@ -99,16 +114,13 @@ func cutUvarintBytes(src []byte) (field, rest []byte, ok bool) {
 	return src[w:end:end], src[end:], true
 }
 
-func (b *memoryBackend) find(key []byte) (int, bool) {
-	return sort.Find(len(b.entries), func(i int) int { return bytes.Compare(key, b.entries[i].key) })
-}
-
 func (b *memoryBackend) Get(key []byte) ([]byte, bool, error) {
-	i, ok := b.find(key)
+	entries := b.current()
+	i, ok := sort.Find(len(entries), func(i int) int { return bytes.Compare(key, entries[i].key) })
 	if !ok {
 		return nil, false, nil
 	}
-	return bytes.Clone(b.entries[i].val), true, nil
+	return bytes.Clone(entries[i].val), true, nil
 }
 
 func (b *memoryBackend) Apply(wb *WriteBatch) error {
@@ -130,8 +142,8 @@ func (b *memoryBackend) Apply(wb *WriteBatch) error {
 		ops[i] = WriteOp{Key: k, Value: buf[len(buf)-len(op.Value):], Delete: op.Delete}
 	}
 	slices.SortStableFunc(ops, func(x, y WriteOp) int { return bytes.Compare(x.Key, y.Key) })
-	merged := make([]memEntry, 0, len(b.entries)+len(ops))
-	old := b.entries
+	old := b.current()
+	merged := make([]memEntry, 0, len(old)+len(ops))
 	for i := 0; i < len(ops); i++ {
 		op := ops[i]
 		if i+1 < len(ops) && bytes.Equal(op.Key, ops[i+1].Key) {
@@ -148,12 +160,15 @@ func (b *memoryBackend) Apply(wb *WriteBatch) error {
 			merged = append(merged, memEntry{key: op.Key, val: op.Value})
 		}
 	}
-	b.entries = append(merged, old...)
+	merged = append(merged, old...)
+	b.mu.Lock()
+	b.mu.entries = merged
+	b.mu.Unlock()
 	return nil
 }
 
 func (b *memoryBackend) Scan(prefix []byte, fn func(k, v []byte) error) error {
-	entries := b.entries
+	entries := b.current()
 	i := sort.Search(len(entries), func(i int) bool { return bytes.Compare(entries[i].key, prefix) >= 0 })
 	for ; i < len(entries) && bytes.HasPrefix(entries[i].key, prefix); i++ {
 		if err := fn(entries[i].key, entries[i].val); err != nil {
@@ -164,7 +179,7 @@ func (b *memoryBackend) Scan(prefix []byte, fn func(k, v []byte) error) error {
 }
 
 func (b *memoryBackend) Capture(_ barrier.CheckpointID, dir string) (func() ([]File, error), error) {
-	entries := b.entries
+	entries := b.current()
 	return func() ([]File, error) {
 		size, crc, err := WriteFileAtomic(filepath.Join(dir, memoryFile), func(w io.Writer) error {
 			if _, err := w.Write(memoryMagic); err != nil {
@@ -190,6 +205,8 @@ func (b *memoryBackend) Capture(_ barrier.CheckpointID, dir string) (func() ([]F
 }
 
 func (b *memoryBackend) Close() error {
-	b.entries = nil
+	b.mu.Lock()
+	b.mu.entries = nil
+	b.mu.Unlock()
 	return nil
 }

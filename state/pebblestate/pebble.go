@@ -142,6 +142,11 @@ func (b *backend) Scan(prefix []byte, fn func(k, v []byte) error) error {
 
 // scan calls fn for every key in [lo, hi) (hi nil: no upper bound).
 func scan(r pebble.Reader, lo, hi []byte, fn func(k, v []byte) error) error {
+	if len(lo) == 0 {
+		// An empty, non-nil bound panics in pebble's invariant checks
+		// (race builds): no bound is nil.
+		lo = nil
+	}
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("pebble iterator: %w", err)

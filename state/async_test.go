@@ -1,0 +1,108 @@
+package state
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// gatedBackend holds Apply until released, and can fail it.
+type gatedBackend struct {
+	KeyedBackend
+	release chan struct{}
+	fail    error
+}
+
+func (g *gatedBackend) Apply(b *WriteBatch) error {
+	<-g.release
+	if g.fail != nil {
+		return g.fail
+	}
+	return g.KeyedBackend.Apply(b)
+}
+
+func newGated(t *testing.T, cache int) (*Keyed, *gatedBackend) {
+	t.Helper()
+	b, err := NewMemoryFactory().OpenKeyed(KeyedSpec{KeyGroups: RangeFor(DefaultMaxParallelism, 1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedBackend{KeyedBackend: b, release: make(chan struct{})}
+	return NewKeyed(KeyedConfig{Backend: g, KeyGroups: RangeFor(DefaultMaxParallelism, 1, 0), CacheEntries: cache}), g
+}
+
+// TestCaptureAppliesOffTheTask: Capture returns before its batch reaches the
+// backend; meanwhile the task reads and writes from the cache, a Flush waits
+// for the batch, and in the end the backend holds the latest values.
+func TestCaptureAppliesOffTheTask(t *testing.T) {
+	kd, g := newGated(t, 1000)
+	vals := NewValue(kd, "v", IntCodec{}, IntCodec{})
+	for k := range 100 {
+		if err := vals.Put(k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	persist, err := kd.Capture(1, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	persisted := make(chan error, 1)
+	go func() { _, err := persist(); persisted <- err }()
+	// The batch is held in Apply: the task goes on against the cache.
+	for k := range 100 {
+		if v, ok, err := vals.Get(k); err != nil || !ok || v != k {
+			t.Fatalf("v[%d] = %d %v %v during the apply", k, v, ok, err)
+		}
+		if err := vals.Put(k, k+1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- kd.Flush() }()
+	select {
+	case <-flushed:
+		t.Fatal("Flush did not wait for the batch in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(g.release)
+	if err := <-persisted; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	for k := range 100 {
+		raw, ok, err := g.KeyedBackend.Get(AppendBackendKey(nil, KeyGroupOf(IntCodec{}.Append(nil, k), DefaultMaxParallelism), "v", IntCodec{}.Append(nil, k)))
+		if err != nil || !ok {
+			t.Fatalf("backend lacks key %d: %v", k, err)
+		}
+		if v, _ := (IntCodec{}).Decode(raw); v != k+1000 {
+			t.Fatalf("backend holds %d for key %d, want %d", v, k, k+1000)
+		}
+	}
+}
+
+// TestFailedApplyFailsLater: when the batch of a Capture cannot be applied,
+// the cache is ahead of the backend; every later Flush and Capture fails.
+func TestFailedApplyFailsLater(t *testing.T) {
+	kd, g := newGated(t, 1000)
+	vals := NewValue(kd, "v", IntCodec{}, IntCodec{})
+	if err := vals.Put(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	g.fail = errors.New("disk full")
+	close(g.release)
+	persist, err := kd.Capture(1, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := persist(); err == nil {
+		t.Fatal("persist of a failed apply succeeded")
+	}
+	if err := kd.Flush(); err == nil || !errors.Is(err, g.fail) {
+		t.Fatalf("Flush after a failed apply: %v, want the apply's error", err)
+	}
+	if _, err := kd.Capture(2, t.TempDir()); err == nil {
+		t.Fatal("Capture after a failed apply succeeded")
+	}
+}
