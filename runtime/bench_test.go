@@ -51,6 +51,7 @@ func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build f
 		}
 		b.ReportMetric(mean("ebbflow_checkpoint_duration_seconds"), "ckpt-ms")
 		b.ReportMetric(mean("ebbflow_checkpoint_alignment_seconds"), "align-ms")
+		b.ReportMetric(mean("ebbflow_checkpoint_sync_seconds"), "sync-ms")
 	}
 }
 

@@ -23,6 +23,7 @@ type metrics struct {
 	lastID           prometheus.Gauge
 	lastCompleted    prometheus.Gauge
 	alignmentSeconds prometheus.Histogram
+	syncSeconds      prometheus.Histogram
 	restarts         prometheus.Counter
 	restores         prometheus.Counter
 	// counters resolved per operator once, so the hot path does no lookup
@@ -54,6 +55,9 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
 			Help: "Id of the last completed checkpoint."}),
 		lastCompleted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_completed_timestamp_seconds",
 			Help: "Unix time the last checkpoint completed."}),
+		syncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_checkpoint_sync_seconds",
+			Help:    "Time a subtask's goroutine spends taking its snapshot at a barrier (the part of a checkpoint that stops its processing).",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 20)}),
 		alignmentSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_checkpoint_alignment_seconds",
 			Help: "Time subtasks spent aligning barriers (first to last barrier).", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_job_restarts_total",
@@ -64,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
 		out: map[string]prometheus.Counter{},
 	}
 	reg.MustRegister(m.recordsInVec, m.recordsOutVec, m.checkpoints, m.inProgress, m.duration, m.lastDuration,
-		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.restarts, m.restores)
+		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.syncSeconds, m.restarts, m.restores)
 	for _, s := range []string{"completed", "failed"} {
 		m.checkpoints.WithLabelValues(s)
 	}

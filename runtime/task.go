@@ -206,6 +206,7 @@ func (t *task) finish(ctx context.Context) error {
 
 // checkpoint snapshots every link for barrier b, forwards b and acks.
 func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
+	start := time.Now()
 	snaps := make([]state.SubtaskSnapshot, len(t.links))
 	var persists []func() error
 	for k, l := range t.links {
@@ -241,6 +242,7 @@ func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
 		id := b.ID
 		t.final = &id
 	}
+	t.att.job.metrics.syncSeconds.Observe(time.Since(start).Seconds())
 	t.att.coord.ack(ctx, t, b.ID, snaps, persists)
 	return nil
 }
