@@ -2,8 +2,6 @@ package kafkatest
 
 import (
 	"flag"
-	"fmt"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +26,7 @@ func BenchmarkConsume(b *testing.B) {
 	n := *benchRecords
 	brokers := Brokers(b)
 	topic := NewTopic(b, brokers, partitions)
-	bytes := preload(b, brokers, topic, n, partitions)
+	bytes := Preload(b, brokers, topic, n, partitions)
 
 	from := make(map[int32]kgo.Offset)
 	for p := range int32(partitions) {
@@ -61,39 +59,6 @@ func BenchmarkConsume(b *testing.B) {
 	b.SetBytes(int64(bytes))
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rec/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "cpu-µs/rec")
-}
-
-// preload produces n records round-robin over the topic's partitions and
-// returns their key and value bytes. Records are made one at a time so the
-// benchmark holds no large pointer slice for the GC to scan.
-func preload(b *testing.B, brokers []string, topic string, n, partitions int) int {
-	b.Helper()
-	cl := Client(b, brokers,
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.DefaultProduceTopic(topic),
-	)
-	var failed atomic.Pointer[error]
-	promise := func(_ *kgo.Record, err error) {
-		if err != nil {
-			failed.CompareAndSwap(nil, &err)
-		}
-	}
-	bytes := 0
-	for i := range n {
-		key := fmt.Appendf(nil, "u%05d", i%100_000)
-		value := fmt.Appendf(nil, `{"user":"u%05d","amount":%d,"ts":%d,"kind":"purchase","region":"eu-west-1","seq":%09d}`,
-			i%100_000, i%997, 1_700_000_000_000+int64(i), i)
-		bytes += len(key) + len(value)
-		cl.Produce(b.Context(), &kgo.Record{Partition: int32(i % partitions), Key: key, Value: value}, promise)
-	}
-	if err := cl.Flush(b.Context()); err != nil {
-		b.Fatalf("preload: flush: %v", err)
-	}
-	if err := failed.Load(); err != nil {
-		b.Fatalf("preload: %v", *err)
-	}
-	return bytes
 }
 
 // cpuTime returns the CPU time, user and system, this process has used.
