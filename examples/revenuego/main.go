@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -111,8 +112,13 @@ func Run(ctx context.Context, data string, n int, log *slog.Logger) (*aggmerge.T
 		return nil, err
 	}
 	// The source is unbounded: stop with a final checkpoint once every order
-	// is counted.
+	// is counted. The watcher is owned here: it ends when the job does, and
+	// Run returns only after it has.
+	ran := make(chan struct{})
+	var watching sync.WaitGroup
+	watching.Add(1)
 	go func() {
+		defer watching.Done()
 		for {
 			var counted int64
 			_ = tbl.Scan(func(r aggmerge.Row) error { counted += r.Values[1].Int(); return nil })
@@ -120,10 +126,17 @@ func Run(ctx context.Context, data string, n int, log *slog.Logger) (*aggmerge.T
 				j.Stop()
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-ran:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}()
-	if err := j.Run(ctx); err != nil {
+	err = j.Run(ctx)
+	close(ran)
+	watching.Wait()
+	if err != nil {
 		tbl.Close()
 		return nil, err
 	}
