@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/internal/crashtest"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
@@ -39,14 +38,9 @@ const (
 // TestMain lets the test binary double as the process that the crash test
 // kills: it writes the table with the exactly-once writer and exports it.
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(childEnv); dir != "" {
-		if err := runChild(dir, strings.Split(os.Getenv(childEnv+"_BROKERS"), ","), os.Getenv(childEnv+"_TOPIC"), Mode(os.Getenv(childEnv+"_MODE"))); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	crashtest.Main(m, childEnv, func(dir string) error {
+		return runChild(dir, strings.Split(os.Getenv(childEnv+"_BROKERS"), ","), os.Getenv(childEnv+"_TOPIC"), Mode(os.Getenv(childEnv+"_MODE")))
+	})
 }
 
 func crashSchema() aggmerge.Schema {
@@ -116,46 +110,26 @@ func TestCrashExporterSIGKILL(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	for _, mode := range []Mode{Committed, Uncommitted} {
 		t.Run(string(mode), func(t *testing.T) {
-			seed := *seedFlag
-			if seed == 0 {
-				seed = time.Now().UnixNano()
-			}
-			t.Logf("seed %d (rerun with -seed %d)", seed, seed)
+			seed := crashtest.Seed(t, *seedFlag)
 			rng := rand.New(rand.NewSource(seed))
 			dir := t.TempDir()
 			topic := kafkatest.NewTopic(t, brokers, testBuckets)
-			start := func() *exec.Cmd {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), childEnv+"="+dir, childEnv+"_BROKERS="+strings.Join(brokers, ","),
-					childEnv+"_TOPIC="+topic, childEnv+"_MODE="+string(mode))
-				cmd.Stderr = os.Stderr
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return cmd
-			}
+			env := []string{childEnv + "=" + dir, childEnv + "_BROKERS=" + strings.Join(brokers, ","),
+				childEnv + "_TOPIC=" + topic, childEnv + "_MODE=" + string(mode)}
 			finishedEarly := 0
 			for k := 0; k < *killsFlag; k++ {
-				cmd := start()
-				done := make(chan error, 1)
-				go func() { done <- cmd.Wait() }()
-				select {
-				case err := <-done:
-					if err != nil {
-						t.Fatalf("seed %d: child failed before kill %d: %v", seed, k, err)
-					}
+				killed, err := crashtest.Start(t, env...).KillAfter(time.Duration(50+rng.Intn(400)) * time.Millisecond)
+				if err != nil {
+					t.Fatalf("seed %d: child failed before kill %d: %v", seed, k, err)
+				}
+				if !killed {
 					finishedEarly++
-				case <-time.After(time.Duration(50+rng.Intn(400)) * time.Millisecond):
-					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						t.Fatal(err)
-					}
-					<-done
 				}
 			}
 			if finishedEarly > *killsFlag/2 {
 				t.Fatalf("seed %d: the child finished before %d of %d kills", seed, finishedEarly, *killsFlag)
 			}
-			if err := start().Wait(); err != nil {
+			if err := crashtest.Start(t, env...).Wait(3 * time.Minute); err != nil {
 				t.Fatalf("seed %d: final run: %v", seed, err)
 			}
 			tbl, err := aggmerge.Open(filepath.Join(dir, "table"), crashSchema(), aggmerge.Options{})
