@@ -103,3 +103,14 @@ func (c *Child) Wait(timeout time.Duration) error {
 		return fmt.Errorf("child still running after %s: killed", timeout)
 	}
 }
+
+// Exited reports, without waiting, whether the child ended, and its exit.
+func (c *Child) Exited() (bool, error) {
+	select {
+	case err := <-c.done:
+		c.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}

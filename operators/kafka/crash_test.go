@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/internal/crashtest"
 	"github.com/ebbflow/ebbflow/internal/eotest"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
@@ -37,16 +36,7 @@ const (
 
 // TestMain lets the test binary double as the job process that
 // TestCrashExactlyOnce kills.
-func TestMain(m *testing.M) {
-	if dir := os.Getenv(childEnv); dir != "" {
-		if err := runCrashChild(dir); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { crashtest.Main(m, childEnv, runCrashChild) }
 
 // runCrashChild runs kafka → slow map → keyBy → running sum → collecting sink, with
 // pebble state under dir, until it is killed.
@@ -94,11 +84,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 }
 
 func crashExactlyOnce(t *testing.T, par int) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (rerun with -seed %d)", seed, seed)
+	seed := crashtest.Seed(t, *seedFlag)
 	rng := rand.New(rand.NewSource(seed))
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, crashParts)
@@ -121,32 +107,12 @@ func crashExactlyOnce(t *testing.T, par int) {
 		produced <- nil
 	}()
 
-	start := func() (*exec.Cmd, chan error) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+dir, childEnv+"_PAR="+strconv.Itoa(par),
-			childEnv+"_BROKERS="+strings.Join(brokers, ","), childEnv+"_TOPIC="+topic)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		return cmd, done
-	}
-	kill := func(cmd *exec.Cmd, done chan error) {
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-done
-	}
+	env := []string{childEnv + "=" + dir, childEnv + "_PAR=" + strconv.Itoa(par),
+		childEnv + "_BROKERS=" + strings.Join(brokers, ","), childEnv + "_TOPIC=" + topic}
 	var progress []int // committed outputs after each kill
 	for k := 0; k < *killsFlag; k++ {
-		cmd, done := start()
-		select {
-		case err := <-done:
+		if killed, err := crashtest.Start(t, env...).KillAfter(time.Duration(100+rng.Intn(500)) * time.Millisecond); !killed {
 			t.Fatalf("seed %d: child ended before kill %d: %v", seed, k, err)
-		case <-time.After(time.Duration(100+rng.Intn(500)) * time.Millisecond):
-			kill(cmd, done)
 		}
 		got, _ := operators.ReadCommitted(out, eotest.Codec)
 		progress = append(progress, len(got))
@@ -162,7 +128,7 @@ func crashExactlyOnce(t *testing.T, par int) {
 	// The last run catches up; then wait a few checkpoints more, so that a
 	// duplicate committed late would show. A run that stops making progress
 	// short of the count is checked as it is.
-	cmd, done := start()
+	final := crashtest.Start(t, env...)
 	last, lastAt := -1, time.Now()
 	for {
 		got, err := operators.ReadCommitted(out, eotest.Codec)
@@ -176,14 +142,14 @@ func crashExactlyOnce(t *testing.T, par int) {
 			t.Logf("seed %d: no progress for 5 s at %d of %d committed records", seed, len(got), crashCount)
 			break
 		}
-		select {
-		case err := <-done:
+		if ended, err := final.Exited(); ended {
 			t.Fatalf("seed %d: final child ended: %v", seed, err)
-		case <-time.After(50 * time.Millisecond):
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond)
-	kill(cmd, done)
+	if killed, err := final.KillAfter(300 * time.Millisecond); !killed {
+		t.Fatalf("seed %d: final child ended: %v", seed, err)
+	}
 	got, err := operators.ReadCommitted(out, eotest.Codec)
 	if err != nil {
 		t.Fatal(err)
