@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,30 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/internal/syncbuf"
+
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/eotest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
 )
-
-// syncBuffer is a log sink safe for concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // restoredProbe records which checkpoint its subtask restored.
 type restoredProbe struct {
@@ -76,7 +59,7 @@ func completed(t *testing.T, dir string) []state.Checkpoint {
 func TestCorruptCheckpointFallsBack(t *testing.T) {
 	dir := t.TempDir()
 	var restored atomic.Int64
-	run := func(stopAfter time.Duration, logs *syncBuffer) error {
+	run := func(stopAfter time.Duration, logs *syncbuf.Buffer) error {
 		opts := runtime.Options{Name: "restore", DataDir: dir,
 			Checkpoint: runtime.CheckpointOptions{Interval: 10 * time.Millisecond, Retain: 3},
 			Restart:    runtime.RestartOptions{MaxAttempts: -1}}
@@ -110,7 +93,7 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 	if err := os.WriteFile(md, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	if err := run(50*time.Millisecond, &logs); err != nil {
 		t.Fatal(err)
 	}
