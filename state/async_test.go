@@ -42,7 +42,25 @@ func TestCaptureAppliesOffTheTask(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	persist, err := kd.Capture(1, t.TempDir())
+	// Capture must return while Apply is held: it must not apply itself.
+	type captured struct {
+		persist func() ([]File, error)
+		err     error
+	}
+	got := make(chan captured, 1)
+	dir := t.TempDir()
+	go func() {
+		p, err := kd.Capture(1, dir)
+		got <- captured{p, err}
+	}()
+	var c captured
+	select {
+	case c = <-got:
+	case <-time.After(5 * time.Second):
+		close(g.release) // let the stuck Capture end
+		t.Fatal("Capture waited for the backend: the barrier's flush is not off the task")
+	}
+	persist, err := c.persist, c.err
 	if err != nil {
 		t.Fatal(err)
 	}
