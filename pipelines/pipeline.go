@@ -15,7 +15,12 @@ type Pipeline struct {
 	// see.
 	Output *Schema
 	// Width is the number of slots of a Row.
-	Width  int
+	Width int
+	// KindSlot is the slot of a row's RowKind when a source reads a
+	// changelog (format upsert-json or debezium-json), else -1. The table
+	// sinks of such a job retract -U and -D rows, so every column's
+	// function can retract (checked at load).
+	KindSlot int
 	Tables []*Table // one per sink, in order
 
 	// where places errors found after validation (across jobs) in the file.

@@ -11,8 +11,47 @@ import (
 // Pipeline.Width slots; each map assignment writes its own slot, so no step
 // moves values and a dropped field is only hidden. A value is nil (null) or,
 // by field type: string, int64, float64, bool, decimal.Decimal, time.Time
-// (timestamp) or []byte (bytes).
+// (timestamp) or []byte (bytes). A job reading a changelog has one more
+// slot, Pipeline.KindSlot, holding the row's RowKind (nil: RowInsert); no
+// expression sees it and every step carries it along.
 type Row []any
+
+// RowKind is the change a row of a changelog makes (Flink's names).
+type RowKind uint8
+
+// The row kinds. RowUpdateBefore and RowDelete carry a row image to take
+// back out of the aggregates (retract); the others add theirs.
+const (
+	RowInsert       RowKind = iota // +I
+	RowUpdateBefore                // -U
+	RowUpdateAfter                 // +U
+	RowDelete                      // -D
+)
+
+// Retracts reports whether the row is taken back out (-U, -D).
+func (k RowKind) Retracts() bool { return k == RowUpdateBefore || k == RowDelete }
+
+func (k RowKind) String() string {
+	switch k {
+	case RowUpdateBefore:
+		return "-U"
+	case RowUpdateAfter:
+		return "+U"
+	case RowDelete:
+		return "-D"
+	}
+	return "+I"
+}
+
+// Kind returns the kind of r in a pipeline whose kind slot is slot (-1:
+// none, every row inserts).
+func (r Row) Kind(slot int) RowKind {
+	if slot < 0 {
+		return RowInsert
+	}
+	k, _ := r[slot].(RowKind)
+	return k
+}
 
 // SchemaField is a field visible at some point of the pipeline, and the
 // slot that holds its value.

@@ -50,8 +50,8 @@ type KafkaSource struct {
 	Topics          []string    `yaml:"topics" doc:"the topics to read; give topics or topic_pattern"`
 	TopicPattern    string      `yaml:"topic_pattern" doc:"read every topic whose name matches this regular expression (Go syntax)"`
 	Group           string      `yaml:"group" doc:"consumer group offsets are committed to after each checkpoint, for lag monitoring only (default: the job name)"`
-	Format          Format      `yaml:"format" default:"json" doc:"how a record value is decoded: json (an object whose keys are the schema's fields) or raw (the value as one field)"`
-	Schema          []Field     `yaml:"schema" form:"map" doc:"field name to type (string, int64, float64, bool, decimal(p,s), timestamp, bytes); required for json; for raw at most key and value, string or bytes (default {value: string})"`
+	Format          Format      `yaml:"format" default:"json" doc:"how a record value is decoded: json (an object whose keys are the schema's fields), raw (the value as one field), or a changelog whose updates and deletes retract: upsert-json (key = primary key, value = row or null; the old row is kept in state) or debezium-json (before/after/op)"`
+	Schema          []Field     `yaml:"schema" form:"map" doc:"field name to type (string, int64, float64, bool, decimal(p,s), timestamp, bytes); required for json and the changelog formats (the fields of a row image); for raw at most key and value, string or bytes (default {value: string})"`
 	StartOffset     StartOffset `yaml:"start_offset" default:"earliest" doc:"where a job without checkpoint starts: earliest, latest, committed (the group's offsets, else earliest), committed-else-latest, or timestamp:<RFC 3339 time or Unix milliseconds>"`
 	Discovery       Duration    `yaml:"discovery_interval" default:"10s" doc:"how often new partitions and topics are looked for; 0s: never"`
 	IsolationLevel  Isolation   `yaml:"isolation_level" default:"read_committed" doc:"read_committed or read_uncommitted"`

@@ -155,17 +155,25 @@ type (
 	LogFormat string
 )
 
+// Changelog reports whether the format decodes changelog records (+I, -U,
+// +U, -D) rather than plain ones.
+func (f Format) Changelog() bool { return f == FormatUpsertJSON || f == FormatDebeziumJSON }
+
 // The values of the enumerations that code compares against.
 const (
-	FormatJSON Format = "json"
-	FormatRaw  Format = "raw"
+	FormatJSON         Format = "json"
+	FormatRaw          Format = "raw"
+	FormatUpsertJSON   Format = "upsert-json"
+	FormatDebeziumJSON Format = "debezium-json"
 
 	OnErrorFail       OnError = "fail"
 	OnErrorSkip       OnError = "skip"
 	OnErrorDeadLetter OnError = "dead_letter"
 )
 
-func (Format) enumValues() []string    { return []string{"json", "raw"} }
+func (Format) enumValues() []string {
+	return []string{"json", "raw", "upsert-json", "debezium-json"}
+}
 func (Isolation) enumValues() []string { return []string{"read_committed", "read_uncommitted"} }
 func (OnError) enumValues() []string   { return []string{"fail", "skip", "dead_letter"} }
 func (Mechanism) enumValues() []string {

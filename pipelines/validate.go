@@ -32,6 +32,9 @@ type validator struct {
 	// broken holds the fields whose map expression failed: naming them
 	// later is not reported again.
 	broken map[string]bool
+	// changelog is the format of the first source reading a changelog, or
+	// "": the table columns must then retract.
+	changelog Format
 }
 
 // at returns the node of path, or of its nearest ancestor that has one.
@@ -82,7 +85,7 @@ func (v *validator) elem(path string, i int) string {
 
 func (v *validator) validate() *Pipeline {
 	s := v.spec
-	v.p = &Pipeline{File: v.file, Spec: s, where: v}
+	v.p = &Pipeline{File: v.file, Spec: s, KindSlot: -1, where: v}
 	if s.Job.Name != "" && !namePattern.MatchString(s.Job.Name) {
 		v.fail("job.name", "%q is not a valid name (letters, digits, '.', '_', '-')", s.Job.Name)
 	}
@@ -151,6 +154,14 @@ func (v *validator) sources() {
 		}
 	}
 	v.p.Width = len(v.p.Input.Fields)
+	for _, src := range s.Sources {
+		if src.Kafka != nil && src.Kafka.Format.Changelog() {
+			v.changelog = src.Kafka.Format
+			v.p.KindSlot = v.p.Width
+			v.p.Width++
+			break
+		}
+	}
 }
 
 func (v *validator) uniqueName(path, name string, seen map[string]bool) {
@@ -207,10 +218,10 @@ func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 	}
 	ok := v.schemaFields(path+".schema", k.Schema)
 	switch k.Format {
-	case FormatJSON:
+	case FormatJSON, FormatUpsertJSON, FormatDebeziumJSON:
 		if len(k.Schema) == 0 {
 			if !v.given(path + ".schema") {
-				v.fail(path, "format json needs a schema (field name to type)")
+				v.fail(path, "format %s needs a schema (field name to type)", k.Format)
 			}
 			return nil, false
 		}
@@ -625,8 +636,24 @@ func (v *validator) column(path string, c *Column, key []string) (TableColumn, b
 		v.fail(where, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), "agg: type mismatch: "), "agg: "))
 		return TableColumn{}, false
 	}
+	if v.changelog != "" && !f.CanRetract() {
+		v.fail(path+".agg", "%s cannot retract, and the source reads a changelog (format %s) whose updates and deletes retract; functions that can, for %s: %s",
+			fn, v.changelog, t, strings.Join(retracting(t), ", "))
+		return TableColumn{}, false
+	}
 	col.Type, col.Params = t, f.Params()
 	return col, ok
+}
+
+// retracting lists the functions that can retract into a column of type t.
+func retracting(t agg.Type) []string {
+	var out []string
+	for _, name := range agg.Names() {
+		if f, err := agg.New(name, t, nil); err == nil && f.CanRetract() {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // columnType is the type of a column of function fn fed with fields of
