@@ -21,7 +21,7 @@ type Pipeline struct {
 	// sinks of such a job retract -U and -D rows, so every column's
 	// function can retract (checked at load).
 	KindSlot int
-	Tables []*Table // one per sink, in order
+	Tables   []*Table // one per sink, in order
 
 	// where places errors found after validation (across jobs) in the file.
 	where *validator
