@@ -9,7 +9,13 @@
 // a union when there are several sources → for each table sink, the writer
 // of package sink/aggmerge/writer, which partitions by bucket. key_by is
 // the primary key (the loader checks it), so that partitioning is the only
-// shuffle.
+// shuffle. A Kafka source of format upsert-json or debezium-json reads a
+// changelog: its records decode into kafka.Changes, upsert-json ones pass
+// kafka.NormalizeChanges ("<source>-normalize", the last row of every key
+// in keyed state: a second shuffle, by record key), and the transforms operator turns each change into its
+// +I/-U/+U/-D rows, with the kind in the row's kind slot, before running
+// the steps on each; the writers of such a job are declared Retracts and
+// take -U and -D rows back out.
 //
 // Invariants:
 //   - one Env per data directory and process; it opens each table once

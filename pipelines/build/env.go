@@ -31,6 +31,10 @@ type Options struct {
 	// EmbeddedPort is the port of the embedded broker on 127.0.0.1 (0: any
 	// free one).
 	EmbeddedPort int
+	// UnsafeSkipUndo turns the table writers' undo off
+	// (writer.Config.UnsafeSkipUndo). It exists for tests that prove a crash
+	// test detects double counting; never set it otherwise.
+	UnsafeSkipUndo bool
 }
 
 // Env is what the jobs of one runner share.

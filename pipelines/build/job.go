@@ -28,7 +28,7 @@ type Job struct {
 	p         *pipelines.Pipeline
 	rt        *runtime.Job
 	dataDir   string
-	sources   []*kafka.Source[Row]
+	sources   []healthChecker // the Kafka sources
 	producers []*producer
 	// startID is the newest checkpoint on disk when the job was built: the
 	// job is ready once a newer one completed (restore and undo are done).
@@ -36,6 +36,9 @@ type Job struct {
 	startAny bool
 	ready    atomic.Bool
 }
+
+// healthChecker is a Kafka source of any record type.
+type healthChecker interface{ Healthy() (bool, string) }
 
 // Build makes the runtime job of p. OpenTables must have opened its tables.
 func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, error) {
@@ -50,12 +53,11 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	}
 	var streams []runtime.Stream[Row]
 	for i := range p.Spec.Sources {
-		s, policy, err := e.source(j, i)
+		s, err := e.input(j, i)
 		if err != nil {
 			return nil, fmt.Errorf("job %q source %q: %w", p.Spec.Job.Name, p.Spec.Sources[i].Name, err)
 		}
-		name := p.Spec.Sources[i].Name + "-transforms"
-		streams = append(streams, runtime.Apply(s, name, func() runtime.Operator[Row, Row] { return newTransformOp(p, policy) }))
+		streams = append(streams, s)
 	}
 	out := streams[0]
 	if len(streams) > 1 {
@@ -71,15 +73,35 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 		for k, c := range t.Columns {
 			cols[k] = c.Name
 		}
-		if err := writer.To(out, s.Name, writer.Config{Table: table, Columns: cols}, mapper(t)); err != nil {
+		cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
+		if err := writer.To(out, s.Name, cfg, mapper(p, t)); err != nil {
 			return nil, fmt.Errorf("job %q sink %q: %w", p.Spec.Job.Name, s.Name, err)
 		}
 	}
 	return j, nil
 }
 
-// source adds source i of the job and returns its stream and the policy for
-// records that fail.
+// input adds source i of the job and its transforms, and returns the
+// transformed stream.
+func (e *Env) input(j *Job, i int) (runtime.Stream[Row], error) {
+	p := j.p
+	name := p.Spec.Sources[i].Name
+	if k := p.Spec.Sources[i].Kafka; k != nil && k.Format.Changelog() {
+		changes, policy, err := e.changelogSource(j, name, k)
+		if err != nil {
+			return runtime.Stream[Row]{}, err
+		}
+		return runtime.Apply(changes, name+"-transforms", func() runtime.Operator[kafka.Change, Row] { return newChangeOp(p, policy) }), nil
+	}
+	s, policy, err := e.source(j, i)
+	if err != nil {
+		return runtime.Stream[Row]{}, err
+	}
+	return runtime.Apply(s, name+"-transforms", func() runtime.Operator[Row, Row] { return newTransformOp(p, policy) }), nil
+}
+
+// source adds source i of the job, a datagen or a Kafka source of plain
+// records, and returns its stream and the policy for records that fail.
 func (e *Env) source(j *Job, i int) (runtime.Stream[Row], *errorPolicy, error) {
 	p := j.p
 	src := &p.Spec.Sources[i]
@@ -106,23 +128,10 @@ func (e *Env) source(j *Job, i int) (runtime.Stream[Row], *errorPolicy, error) {
 		return runtime.FromSource(j.rt, src.Name, ks.New), &errorPolicy{}, nil
 	}
 	k := src.Kafka
-	cfg, err := e.kafkaConfig(k.Connection)
+	cfg, policy, err := e.kafkaSource(k)
 	if err != nil {
 		return runtime.Stream[Row]{}, nil, err
 	}
-	cfg.Topics, cfg.TopicPattern, cfg.Group, cfg.DeadLetterTopic = k.Topics, k.TopicPattern, k.Group, k.DeadLetterTopic
-	cfg.ReadUncommitted = k.IsolationLevel == "read_uncommitted"
-	cfg.DiscoveryInterval = k.Discovery.Std()
-	if cfg.DiscoveryInterval == 0 {
-		cfg.DiscoveryInterval = -1 // 0s in a file: never
-	}
-	if cfg.Start, err = kafka.ParseStartPosition(string(k.StartOffset)); err != nil {
-		return runtime.Stream[Row]{}, nil, err
-	}
-	if cfg.OnDecodeError, err = kafka.ParseErrorPolicy(string(k.OnError)); err != nil {
-		return runtime.Stream[Row]{}, nil, err
-	}
-	cfg.ClientOptions = []kgo.Opt{kgo.FetchMaxBytes(int32(min(int64(k.FetchMaxBytes), 1<<31-1)))}
 	rows := p.NewRowBuilder()
 	format := kafka.JSONWith(rows.FromJSON)
 	if k.Format == pipelines.FormatRaw {
@@ -135,11 +144,34 @@ func (e *Env) source(j *Job, i int) (runtime.Stream[Row], *errorPolicy, error) {
 		return runtime.Stream[Row]{}, nil, err
 	}
 	j.sources = append(j.sources, ks)
+	return runtime.FromSource(j.rt, src.Name, ks.New), policy, nil
+}
+
+// kafkaSource maps a Kafka source of a job file to the Kafka package's
+// configuration and the policy for records that fail.
+func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy, error) {
+	cfg, err := e.kafkaConfig(k.Connection)
+	if err != nil {
+		return cfg, nil, err
+	}
+	cfg.Topics, cfg.TopicPattern, cfg.Group, cfg.DeadLetterTopic = k.Topics, k.TopicPattern, k.Group, k.DeadLetterTopic
+	cfg.ReadUncommitted = k.IsolationLevel == "read_uncommitted"
+	cfg.DiscoveryInterval = k.Discovery.Std()
+	if cfg.DiscoveryInterval == 0 {
+		cfg.DiscoveryInterval = -1 // 0s in a file: never
+	}
+	if cfg.Start, err = kafka.ParseStartPosition(string(k.StartOffset)); err != nil {
+		return cfg, nil, err
+	}
+	if cfg.OnDecodeError, err = kafka.ParseErrorPolicy(string(k.OnError)); err != nil {
+		return cfg, nil, err
+	}
+	cfg.ClientOptions = []kgo.Opt{kgo.FetchMaxBytes(int32(min(int64(k.FetchMaxBytes), 1<<31-1)))}
 	policy := &errorPolicy{policy: cfg.OnDecodeError, topic: k.DeadLetterTopic}
 	if policy.policy == kafka.DeadLetter {
 		policy.conn = cfg
 	}
-	return runtime.FromSource(j.rt, src.Name, ks.New), policy, nil
+	return cfg, policy, nil
 }
 
 // Name returns the job's name.

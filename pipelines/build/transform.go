@@ -67,34 +67,40 @@ func (o *transformOp) Open(ctx *runtime.Context) error {
 
 func (o *transformOp) ProcessBatch(in []Row, out *runtime.Collector[Row]) error {
 	for _, r := range in {
-		keep, err := o.tr.Apply(r)
-		if err == nil && keep {
-			err = checkTables(o.p, r)
-		}
-		if err != nil {
-			if err := o.failed(r, err); err != nil {
-				return err
-			}
-			continue
-		}
-		if keep {
-			out.Emit(r)
+		if err := o.process(r, out); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// failed applies the policy to a record that failed.
-func (o *transformOp) failed(r Row, err error) error {
+// process runs the steps on r and emits it unless a filter dropped it; a
+// failure goes to the policy.
+func (o *transformOp) process(r Row, out *runtime.Collector[Row]) error {
+	keep, err := o.tr.Apply(r)
+	if err == nil && keep {
+		err = checkTables(o.p, r)
+	}
+	if err != nil {
+		return o.failed(o.rows.AppendJSON(nil, r), err)
+	}
+	if keep {
+		out.Emit(r)
+	}
+	return nil
+}
+
+// failed applies the policy to a record, given as JSON, that failed.
+func (o *transformOp) failed(record []byte, err error) error {
 	switch o.policy.policy {
 	case kafka.Skip:
 		o.dropped.Inc()
 		return nil
 	case kafka.DeadLetter:
-		o.dl.write(o.rows.AppendJSON(nil, r), err)
+		o.dl.write(record, err)
 		return nil
 	}
-	return fmt.Errorf("record %s: %w", o.rows.AppendJSON(nil, r), err)
+	return fmt.Errorf("record %s: %w", record, err)
 }
 
 // checkTables finds, before the record reaches a writer (where an error
@@ -177,11 +183,16 @@ func (d *deadLetters) flush(ctx context.Context) error {
 // keeps it from happening).
 var errNullKey = errors.New("build: null primary key")
 
-// mapper makes the writer's row of table t from a record: the key fields as
-// table values, then each column's input (TableColumn.Value).
-func mapper(t *pipelines.Table) writer.Mapper[Row] {
+// writerKinds maps the kind of a row to the writer's.
+var writerKinds = [...]writer.Kind{pipelines.RowInsert: writer.Insert, pipelines.RowUpdateBefore: writer.UpdateBefore,
+	pipelines.RowUpdateAfter: writer.UpdateAfter, pipelines.RowDelete: writer.Delete}
+
+// mapper makes the writer's row of table t of p from a record: its kind,
+// the key fields as table values, then each column's input
+// (TableColumn.Value).
+func mapper(p *pipelines.Pipeline, t *pipelines.Table) writer.Mapper[Row] {
 	return func(r Row, row *writer.Row) error {
-		row.Kind = writer.Insert
+		row.Kind = writerKinds[r.Kind(p.KindSlot)]
 		row.Key = row.Key[:0]
 		for _, k := range t.Key {
 			if r[k.Slot] == nil {
