@@ -231,3 +231,102 @@ func TestLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestChained runs job A (chained/a.yaml: totals per user, changelog
+// published) and job B (chained/b.yaml: A's changelog aggregated per
+// region) in one environment, as "runner run -f a.yaml -f b.yaml" does,
+// and checks A against its generator and B against the exact aggregate of
+// A's expected table. A runs at parallelism 1 so that the last region of
+// each user is the generator's.
+func TestChained(t *testing.T) {
+	const count = 3000
+	a := load(t, "chained/a.yaml", "job.parallelism=1", fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=0",
+		"source.datagen.kafka.brokers=[embedded]", "sink.table.changelog.brokers=[embedded]")
+	b := load(t, "chained/b.yaml", "source.kafka.brokers=[embedded]")
+	gen, err := a.NewGenerator(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type user struct {
+		total, orders int64
+		region        string
+	}
+	users := map[string]user{}
+	for n := range int64(count) {
+		r := gen.Row(n)
+		u := users[r[1].(string)]
+		u.total += r[3].(int64)
+		u.orders++
+		u.region = r[2].(string)
+		users[r[1].(string)] = u
+	}
+	type region struct{ total, users int64 }
+	regions := map[string]region{}
+	for _, u := range users {
+		g := regions[u.region]
+		g.total += u.total
+		g.users++
+		regions[u.region] = g
+	}
+
+	env := build.NewEnv(build.Options{DataDir: t.TempDir()})
+	t.Cleanup(func() { _ = env.Close() })
+	if err := env.OpenTables([]*pipelines.Pipeline{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exported := make(chan error, 1)
+	go func() { exported <- env.RunExporters(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-exported; err != nil {
+			t.Error(err)
+		}
+	}()
+	done := make(chan error, 2)
+	var jobs []*build.Job
+	for _, p := range []*pipelines.Pipeline{a, b} {
+		j, err := env.Build(p, runtime.RestoreLatest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+		go func() { done <- j.Run(ctx) }()
+	}
+	check := func() string {
+		for name, got := range scan(t, env, "user_totals") {
+			v := got.Values
+			if have := (user{v[0].Int(), v[1].Int(), v[2].Str()}); have != users[name] {
+				return fmt.Sprintf("user %s: %+v, want %+v", name, have, users[name])
+			}
+		}
+		got := scan(t, env, "region_stats")
+		if len(got) != len(regions) {
+			return fmt.Sprintf("%d regions, want %d", len(got), len(regions))
+		}
+		for name, w := range regions {
+			if v := got[name].Values; (region{v[0].Int(), v[1].Int()}) != w {
+				return fmt.Sprintf("region %s: %v, want %+v", name, v, w)
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for check() != "" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, j := range jobs {
+		j.Stop()
+	}
+	for range jobs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := check(); d != "" {
+		t.Fatal(d)
+	}
+	if len(scan(t, env, "user_totals")) != len(users) {
+		t.Fatalf("%d users, want %d", len(scan(t, env, "user_totals")), len(users))
+	}
+}
