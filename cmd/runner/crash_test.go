@@ -18,7 +18,7 @@ import (
 
 var (
 	seedFlag  = flag.Int64("seed", 0, "seed of the kill schedule (0: from the clock)")
-	killsFlag = flag.Int("kills", 5, "SIGKILLs of the runner in TestSIGKILL")
+	killsFlag = flag.Int("kills", 5, "SIGKILLs of the runner in TestSIGKILL, and of each runner in TestChainedSIGKILL (at least 10)")
 )
 
 type userTotal struct {

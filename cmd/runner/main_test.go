@@ -21,6 +21,8 @@ const childEnv = "EBBFLOW_RUNNER_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
+		testOptions.SyncTableWrites = os.Getenv(syncWritesEnv) == "1"
+		testOptions.UnsafeSkipUndo = os.Getenv(skipUndoEnv) == "1"
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

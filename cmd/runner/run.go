@@ -23,6 +23,12 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 )
 
+// testOptions are set only by the tests, in TestMain of a runner child
+// (see the chained crash tests): SyncTableWrites so that a SIGKILL leaves
+// writes past the last checkpoint for undo, UnsafeSkipUndo to prove that
+// the test detects double counting.
+var testOptions struct{ SyncTableWrites, UnsafeSkipUndo bool }
+
 type runFlags struct {
 	files          []string
 	sets           []string
@@ -107,7 +113,8 @@ func run(ctx context.Context, f *runFlags) error {
 
 	r.reg = prometheus.NewRegistry()
 	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
-	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: f.embeddedPort})
+	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: f.embeddedPort,
+		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo})
 	defer func() {
 		if err := r.env.Close(); err != nil {
 			r.log.Error("close", "err", err)

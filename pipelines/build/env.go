@@ -31,6 +31,11 @@ type Options struct {
 	// EmbeddedPort is the port of the embedded broker on 127.0.0.1 (0: any
 	// free one).
 	EmbeddedPort int
+	// SyncTableWrites makes every table write durable before the writer
+	// goes on (aggmerge.Options.SyncWrites): slower, but a crash then keeps
+	// the writes past the last checkpoint, which undo takes back. By default
+	// they are unsynced, and a kill of the process loses most of them.
+	SyncTableWrites bool
 	// UnsafeSkipUndo turns the table writers' undo off
 	// (writer.Config.UnsafeSkipUndo). It exists for tests that prove a crash
 	// test detects double counting; never set it otherwise.
@@ -109,7 +114,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		t, err := aggmerge.Open(TableDir(e.opts.DataDir, name), *schemas[name], aggmerge.Options{})
+		t, err := aggmerge.Open(TableDir(e.opts.DataDir, name), *schemas[name], aggmerge.Options{SyncWrites: e.opts.SyncTableWrites})
 		if err != nil {
 			return err
 		}
