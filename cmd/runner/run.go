@@ -232,15 +232,15 @@ loop:
 			exportDone = nil
 		}
 	}
+	if exportDone != nil && !interrupted && ctx.Err() == nil {
+		exportDone = r.drainExports(exportDone, timeout)
+	}
+	stopExport()
 	if exportDone != nil {
-		// let the exporters publish what the final checkpoint committed
-		time.Sleep(time.Second)
-		stopExport()
 		if err := <-exportDone; err != nil {
 			r.log.Error("changelog export failed", "err", err)
 		}
 	}
-	stopExport()
 	close(errs)
 	if interrupted {
 		return &exitError{code: exitInterrupt, err: errors.New("interrupted")}
@@ -253,6 +253,31 @@ loop:
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// drainExports lets the exporters publish what the jobs committed: it waits
+// until they have caught up with their tables' logs, at most timeout. It
+// returns exportDone, or nil when the exporters ended meanwhile.
+func (r *runner) drainExports(exportDone chan error, timeout time.Duration) chan error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !r.env.ExportsCaughtUp() {
+		select {
+		case err := <-exportDone:
+			if err != nil {
+				r.log.Error("changelog export failed", "err", err)
+			}
+			return nil
+		case <-deadline.C:
+			r.log.Warn("changelog export not caught up at stop; the next start exports the rest", "waited", timeout)
+			return exportDone
+		case <-tick.C:
+		}
+	}
+	r.log.Info("changelog export caught up")
+	return exportDone
 }
 
 // requestStop asks every job to stop with a final checkpoint.

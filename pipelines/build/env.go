@@ -48,7 +48,7 @@ type Env struct {
 	log       *slog.Logger
 	tables    map[string]*aggmerge.Table
 	order     []string // table names, sorted
-	exporters []*export.Exporter
+	exporters []changelogExport
 
 	// broker starts the embedded broker once, on first use; started holds
 	// it once running.
@@ -137,10 +137,16 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		if err != nil {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
-		e.exporters = append(e.exporters, x)
+		e.exporters = append(e.exporters, changelogExport{x: x, table: e.tables[name]})
 		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "format", cl.spec.Format, "mode", cl.spec.Mode)
 	}
 	return nil
+}
+
+// changelogExport is a table's exporter.
+type changelogExport struct {
+	x     *export.Exporter
+	table *aggmerge.Table
 }
 
 type changelogSpec struct {
@@ -175,9 +181,9 @@ func (e *Env) RunExporters(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(e.exporters))
-	for _, x := range e.exporters {
+	for _, ce := range e.exporters {
 		go func() {
-			err := x.Run(ctx)
+			err := ce.x.Run(ctx)
 			if err != nil {
 				cancel()
 			}
@@ -189,6 +195,21 @@ func (e *Env) RunExporters(ctx context.Context) error {
 		all = append(all, <-errs)
 	}
 	return errors.Join(all...)
+}
+
+// ExportsCaughtUp reports whether every changelog exporter has exported, or
+// passed over for good, every entry of its table's log. Once the jobs have
+// stopped with a final checkpoint, that is everything they committed.
+func (e *Env) ExportsCaughtUp() bool {
+	for _, ce := range e.exporters {
+		done := ce.x.Exported()
+		for b, end := range ce.table.LogEnds() {
+			if done[b] < end {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Brokers resolves a connection's brokers: none or [embedded] mean the
