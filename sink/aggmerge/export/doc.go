@@ -5,8 +5,8 @@
 //
 // One Exporter per table tails every bucket's log (Table.ReadLog) and
 // produces to one topic with one partition per bucket (partition = bucket;
-// the topic is created if absent, an existing one must have exactly that
-// many partitions). Its producer is transactional with an id fixed per
+// the topic is created if absent, and waited for quietly until the broker
+// lists it; an existing one must have exactly that many partitions). Its producer is transactional with an id fixed per
 // table ("ebbflow-export-<name>"), so a second exporter of the same table
 // fences the first. Each export round reads up to MaxRecordsPerTxn changes
 // over all buckets and commits them in one transaction.

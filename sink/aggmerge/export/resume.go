@@ -44,7 +44,32 @@ func (x *Exporter) ensureTopic(ctx context.Context, adm *kadm.Client) error {
 		return fmt.Errorf("create topic %q with %d partitions: %w", topic, buckets, err)
 	}
 	x.log.Info("changelog topic created", "topic", topic, "partitions", buckets)
-	return nil
+	return x.awaitTopic(ctx, adm)
+}
+
+// topicReadyTimeout bounds the wait for a topic just created.
+const topicReadyTimeout = 10 * time.Second
+
+// awaitTopic waits, quietly, until the offsets of a topic just created can
+// be listed: for a moment the broker (or the client's metadata cache) may
+// not know it yet, which is no failure worth a warning. After
+// topicReadyTimeout it gives up and lets readLast report what is wrong.
+func (x *Exporter) awaitTopic(ctx context.Context, adm *kadm.Client) error {
+	deadline := time.Now().Add(topicReadyTimeout)
+	for {
+		ends, err := adm.ListCommittedOffsets(ctx, x.cfg.Topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // lastExported is what the last committed record of a partition says.
