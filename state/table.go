@@ -81,20 +81,40 @@ func (t *table[K, V]) set(k K, v V, present bool) error {
 }
 
 func (t *table[K, V]) appendDirty(kd *Keyed) error {
-	for _, k := range t.dirty {
-		e := t.m[k]
-		enc, g, err := encodeKey(kd, t.kc, k)
-		if err != nil {
-			return fmt.Errorf("state %q: %w", t.name, err)
+	if 4*len(t.dirty) < len(t.m) {
+		for _, k := range t.dirty {
+			if err := t.appendEntry(kd, k, t.m[k]); err != nil {
+				return err
+			}
 		}
-		var v []byte
-		if e.present {
-			start := len(kd.buf)
-			kd.buf = t.vc.Append(kd.buf, e.v)
-			v = kd.buf[start:len(kd.buf):len(kd.buf)]
-		}
-		kd.appendOp(g, t.name, enc, e.present, v)
+		return nil
 	}
+	// Most entries are dirty: a pass over the map reads its memory in order,
+	// where a lookup per dirty key jumps around it.
+	for k, e := range t.m {
+		if e.gen != t.gen {
+			continue
+		}
+		if err := t.appendEntry(kd, k, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendEntry appends the write of the dirty entry e of k.
+func (t *table[K, V]) appendEntry(kd *Keyed, k K, e entry[V]) error {
+	enc, g, err := encodeKey(kd, t.kc, k)
+	if err != nil {
+		return fmt.Errorf("state %q: %w", t.name, err)
+	}
+	var v []byte
+	if e.present {
+		start := len(kd.buf)
+		kd.buf = t.vc.Append(kd.buf, e.v)
+		v = kd.buf[start:len(kd.buf):len(kd.buf)]
+	}
+	kd.appendOp(g, t.name, enc, e.present, v)
 	return nil
 }
 

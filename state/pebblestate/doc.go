@@ -1,12 +1,14 @@
 // Package pebblestate is the pebble-backed state.KeyedBackend: one pebble DB
 // per operator subtask in the subtask's working folder.
 //
-// Writes are applied without fsync (the WAL is on but unsynced): durability
-// comes from checkpoints. A checkpoint is a pebble Checkpoint (hard links to
-// the immutable sstables, a copy of the manifest and of the flushed WAL),
-// taken synchronously into the checkpoint folder; the asynchronous persist
-// step only computes the files' sizes and CRC-32Cs (pebble syncs what it
-// writes), remembering those of sstables, which never change.
+// The DB has no WAL: its working folder is thrown away on every restart and
+// durability comes from checkpoints. A batch is written in key order (the
+// memtable then inserts each key next to the previous one). A checkpoint
+// flushes the memtable into an sstable and takes a pebble Checkpoint (hard
+// links to the immutable sstables, a copy of the manifest), synchronously
+// into the checkpoint folder; the asynchronous persist step only computes
+// the files' sizes and CRC-32Cs, remembering those of sstables, which never
+// change.
 //
 // Restore verifies every file against the checkpoint metadata first. When a
 // single snapshot covers the owned key groups, the working DB starts from its

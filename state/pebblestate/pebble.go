@@ -2,6 +2,7 @@ package pebblestate
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,9 +22,14 @@ import (
 // pebble checkpoint is written to (pebble wants to create it itself).
 const snapshotDir = "pebble"
 
+// batchEntryOverhead is what a pebble batch adds to each key and value
+// (kind byte and two length varints, at most), so the batch is sized once.
+const batchEntryOverhead = 1 + 2*binary.MaxVarintLen32
+
 // Options tunes the DBs of a factory. The cache in front of the state means
 // the DB is mostly written and rarely read: a moderate block cache, and
-// memtables large enough that a second of writes is flushed as few sstables.
+// memtables large enough that the writes between two checkpoints (each
+// flushes the memtable) are flushed as one sstable.
 type Options struct {
 	// CacheSize is the block cache of each DB in bytes (default 32 MiB).
 	CacheSize int64
@@ -59,8 +65,11 @@ func (f *factory) pebbleOptions(readOnly bool) *pebble.Options {
 		MemTableSize:                f.opts.MemTableSize,
 		MemTableStopWritesThreshold: 4,
 		FormatMajorVersion:          pebble.FormatNewest,
-		Logger:                      logger{f.opts.Logger},
-		ReadOnly:                    readOnly,
+		// The working DB is thrown away on every restart: durability comes
+		// from checkpoints, which flush the memtable first.
+		DisableWAL: true,
+		Logger:     logger{f.opts.Logger},
+		ReadOnly:   readOnly,
 	}
 }
 
@@ -77,8 +86,9 @@ func (f *factory) open(dir string, readOnly bool) (*pebble.DB, error) {
 }
 
 type backend struct {
-	db  *pebble.DB
-	dir string // working folder, removed on Close
+	db      *pebble.DB
+	dir     string // working folder, removed on Close
+	orderer orderer
 	// crcs remembers the size and checksum of immutable files (sstables,
 	// blob files) by name, so each persist reads only the new ones.
 	crcs struct {
@@ -116,10 +126,16 @@ func (b *backend) Get(key []byte) ([]byte, bool, error) {
 	return v, true, closer.Close()
 }
 
+// Apply writes the operations in key order (see orderer).
 func (b *backend) Apply(wb *state.WriteBatch) error {
-	batch := b.db.NewBatch()
-	defer batch.Close()
+	size := 0
 	for _, op := range wb.Ops {
+		size += len(op.Key) + len(op.Value) + batchEntryOverhead
+	}
+	batch := b.db.NewBatchWithSize(size)
+	defer batch.Close()
+	for _, i := range b.orderer.order(wb.Ops) {
+		op := &wb.Ops[i]
 		var err error
 		if op.Delete {
 			err = batch.Delete(op.Key, nil)
@@ -180,8 +196,13 @@ func prefixEnd(prefix []byte) []byte {
 	return nil
 }
 
+// Capture flushes the memtable (there is no WAL to copy) and hard-links the
+// DB's files into dir.
 func (b *backend) Capture(id barrier.CheckpointID, dir string) (func() ([]state.File, error), error) {
-	if err := b.db.Checkpoint(filepath.Join(dir, snapshotDir), pebble.WithFlushedWAL()); err != nil {
+	if err := b.db.Flush(); err != nil {
+		return nil, fmt.Errorf("pebble flush for checkpoint %d: %w", id, err)
+	}
+	if err := b.db.Checkpoint(filepath.Join(dir, snapshotDir)); err != nil {
 		return nil, fmt.Errorf("pebble checkpoint %d: %w", id, err)
 	}
 	return func() ([]state.File, error) { return b.persist(dir) }, nil

@@ -1,0 +1,43 @@
+package pebblestate
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// TestOrder compares order with a stable sort of the ops by key, on batches
+// with short, empty and repeated keys.
+func TestOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	var o orderer
+	for round := range 200 {
+		n := r.IntN(300)
+		if round == 0 {
+			n = 0
+		}
+		ops := make([]state.WriteOp, n)
+		for i := range ops {
+			key := make([]byte, r.IntN(5))
+			for j := range key {
+				key[j] = byte(r.IntN(3)) // few distinct bytes: many ties
+			}
+			ops[i] = state.WriteOp{Key: key, Value: []byte{byte(i), byte(i >> 8)}}
+		}
+		want := slices.Clone(ops)
+		slices.SortStableFunc(want, func(x, y state.WriteOp) int { return bytes.Compare(x.Key, y.Key) })
+		got := o.order(ops)
+		if len(got) != n {
+			t.Fatalf("round %d: %d indexes for %d ops", round, len(got), n)
+		}
+		for i, j := range got {
+			if !bytes.Equal(ops[j].Key, want[i].Key) || !bytes.Equal(ops[j].Value, want[i].Value) {
+				t.Fatalf("round %d: position %d holds op %d (key %x), want key %x value %x",
+					round, i, j, ops[j].Key, want[i].Key, want[i].Value)
+			}
+		}
+	}
+}
