@@ -79,15 +79,14 @@ func TestChainedSIGKILLBites(t *testing.T) {
 
 // chain is the A → changelog → B setup of one test.
 type chain struct {
-	t       *testing.T
-	seed    int64
-	rng     *rand.Rand
-	brokers []string
-	topic   string // A's input
-	prod    *kgo.Client
-	a, b    *jobProc
-	orders  int
-	users   map[string]*userSum // A's expected table
+	t      *testing.T
+	seed   int64
+	rng    *rand.Rand
+	topic  string // A's input
+	prod   *kgo.Client
+	a, b   *jobProc
+	orders int
+	users  map[string]*userSum // A's expected table
 }
 
 type userSum struct {
@@ -119,7 +118,7 @@ func (r *jobProc) ended() {
 func newChain(t *testing.T) *chain {
 	seed := crashtest.Seed(t, *seedFlag)
 	brokers := kafkatest.Brokers(t)
-	ch := &chain{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), brokers: brokers,
+	ch := &chain{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)),
 		topic: kafkatest.NewTopic(t, brokers, 3), users: map[string]*userSum{}}
 	ch.prod = kafkatest.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	// The changelog topic is made here, with a partition per bucket of
@@ -127,17 +126,17 @@ func newChain(t *testing.T) *chain {
 	// deletes it at the end.
 	changelog := kafkatest.NewTopic(t, brokers, 4)
 	common := []string{"--http-address", "127.0.0.1:0", "--summary", "0"}
-	env := []string{syncWritesEnv + "=1"}
-	ch.a = &jobProc{name: "A", dir: t.TempDir(), table: "user_totals", key: "user", env: env,
+	list := "[" + strings.Join(brokers, ",") + "]"
+	ch.a = &jobProc{name: "A", dir: t.TempDir(), table: "user_totals", key: "user", env: []string{syncWritesEnv + "=1"},
 		args: slices.Concat([]string{"run", "-f", "../../examples/chained/a.yaml"}, common, []string{
-			"--set", fmt.Sprintf(`source={kafka: {brokers: [%q], topics: [%q], schema: {order_id: int64, user: string, region: string, amount: int64}}}`,
-				strings.Join(brokers, `", "`), ch.topic),
-			"--set", "sink.table.changelog.brokers=[" + strings.Join(brokers, ",") + "]",
+			"--set", fmt.Sprintf(`source={kafka: {brokers: %s, topics: [%s], schema: {order_id: int64, user: string, region: string, amount: int64}}}`,
+				list, ch.topic),
+			"--set", "sink.table.changelog.brokers=" + list,
 			"--set", "sink.table.changelog.topic=" + changelog,
 			"--set", "checkpoint.interval=200ms"})}
-	ch.b = &jobProc{name: "B", dir: t.TempDir(), table: "region_stats", key: "region", env: env,
+	ch.b = &jobProc{name: "B", dir: t.TempDir(), table: "region_stats", key: "region", env: []string{syncWritesEnv + "=1"},
 		args: slices.Concat([]string{"run", "-f", "../../examples/chained/b.yaml"}, common, []string{
-			"--set", "source.kafka.brokers=[" + strings.Join(brokers, ",") + "]",
+			"--set", "source.kafka.brokers=" + list,
 			"--set", "source.kafka.topics=[" + changelog + "]",
 			"--set", "checkpoint.interval=500ms"})}
 	return ch
@@ -186,12 +185,8 @@ func (ch *chain) crash(killsA, killsB int) {
 		}
 		ch.produce(5 + ch.rng.Intn(30))
 		time.Sleep(time.Duration(5+ch.rng.Intn(20)) * time.Millisecond)
-		for _, r := range []*struct {
-			r     *jobProc
-			kills int
-		}{{ch.a, killsA}, {ch.b, killsB}} {
-			ch.step(r.r, r.kills)
-		}
+		ch.step(ch.a, killsA)
+		ch.step(ch.b, killsB)
 	}
 }
 
