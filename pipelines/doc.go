@@ -25,8 +25,12 @@
 //   - a loaded Pipeline is complete and immutable: every default is filled
 //     in (computed ones too: group, changelog topic, column from, names),
 //     every expression compiled, every column bound to a type its function
-//     accepts;
-//   - a Row holds one slot per field ever defined (Pipeline.Width); a step
+//     accepts (and to a function that can retract, when the job reads a
+//     changelog);
+//   - a Row holds one slot per field ever defined (Pipeline.Width), and,
+//     when a source reads a changelog (format upsert-json or
+//     debezium-json), the row's RowKind in Pipeline.KindSlot, which every
+//     step carries along and the table columns then retract on; a step
 //     never moves a value, so a Program reads fixed slots; a value's Go type
 //     matches its field's type (see Row);
 //   - Program and Pipeline are safe to share; Evaluator and Transformer are
