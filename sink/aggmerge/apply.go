@@ -17,22 +17,17 @@ type Result struct {
 }
 
 // applyState is the writer's scratch memory, reused across Applies; it is
-// guarded by writeMu.
+// guarded by writeMu. gen numbers the Applies: a cache entry whose gen is
+// the running Apply's holds that Apply's pending row.
 type applyState struct {
-	pending map[string]int // encoded key -> index in touched
-	touched []touchedRow
-	chunks  []chunkBuf // by bucket
-	used    []uint32   // buckets with records, in first-use order
+	gen     uint64
+	touched []*cachedRow // entries with a pending row
+	chunks  []chunkBuf   // by bucket
+	used    []uint32     // buckets with records, in first-use order
 	oldVals []agg.Value
 	newVals []agg.Value
 	rowKey  []byte
 	chunk   []byte
-}
-
-type touchedRow struct {
-	key    string
-	bucket uint32
-	row    []byte // nil when the row is deleted
 }
 
 type chunkBuf struct {
@@ -57,6 +52,11 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	}
 	if err := t.checkWriter(b); err != nil {
 		return Result{}, err
+	}
+	if len(t.dirty) >= t.maxDirty() {
+		if err := t.persistRows(); err != nil {
+			return Result{}, err
+		}
 	}
 	st := t.applyState()
 	defer st.reset()
@@ -83,14 +83,17 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 
 func (t *Table) applyState() *applyState {
 	if t.scratch == nil {
-		t.scratch = &applyState{pending: make(map[string]int), chunks: make([]chunkBuf, t.schema.Buckets)}
+		t.scratch = &applyState{chunks: make([]chunkBuf, t.schema.Buckets)}
 	}
+	t.scratch.gen++
 	return t.scratch
 }
 
 func (st *applyState) reset() {
-	clear(st.pending)
-	clear(st.touched) // drop row references
+	for _, e := range st.touched {
+		e.pending = nil
+	}
+	clear(st.touched) // drop entry references
 	st.touched = st.touched[:0]
 	for _, b := range st.used {
 		st.chunks[b] = chunkBuf{recs: st.chunks[b].recs[:0]}
@@ -117,35 +120,44 @@ func (t *Table) writeError(i int, key []byte, err error) error {
 	return fmt.Errorf("apply batch to %q: write %d key %v: %w", t.dir, i, k, err)
 }
 
-// current returns the encoded row of key as the batch has left it so far.
-func (t *Table) current(st *applyState, bucket uint32, key []byte) ([]byte, error) {
-	if i, ok := st.pending[string(key)]; ok {
-		return st.touched[i].row, nil
+// entry returns the cache entry of key, creating it (from pebble, unless
+// the cache is complete) when the cache has none. Only the writer changes
+// the cache, so it reads it without mu.
+func (t *Table) entry(st *applyState, bucket uint32, key []byte) (*cachedRow, error) {
+	if e, ok := t.mu.cache.rows[string(key)]; ok {
+		return e, nil
 	}
-	t.mu.RLock()
-	row, known := t.mu.cache.get(key)
-	t.mu.RUnlock()
-	if known {
-		return row, nil
+	e := &cachedRow{key: string(key), bucket: bucket}
+	if !t.mu.cache.complete {
+		st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], bucket), key...)
+		v, closer, err := t.db.Get(st.rowKey)
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			e.row = append([]byte(nil), v...)
+			if err := closer.Close(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], bucket), key...)
-	v, closer, err := t.db.Get(st.rowKey)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	row = append([]byte(nil), v...)
-	return row, closer.Close()
+	t.mu.Lock()
+	t.mu.cache.add(e, st.gen)
+	t.mu.Unlock()
+	return e, nil
 }
 
 // applyWrite merges one write into the batch's view of its row and records
 // its log entries. It reports whether the row changed.
 func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool, error) {
-	old, err := t.current(st, w.bucket, key)
+	e, err := t.entry(st, w.bucket, key)
 	if err != nil {
 		return false, err
+	}
+	old := e.row
+	if e.gen == st.gen {
+		old = e.pending
 	}
 	if w.del && w.mode == Aggregate {
 		switch t.schema.Delete {
@@ -198,12 +210,11 @@ func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool
 	if bytes.Equal(old, row) { // an encoded row is never empty: nil only equals nil
 		return false, nil
 	}
-	if i, ok := st.pending[string(key)]; ok {
-		st.touched[i].row = row
-	} else {
-		st.pending[string(key)] = len(st.touched)
-		st.touched = append(st.touched, touchedRow{key: string(key), bucket: w.bucket, row: row})
+	if e.gen != st.gen {
+		e.gen = st.gen
+		st.touched = append(st.touched, e)
 	}
+	e.pending = row
 	switch {
 	case old == nil:
 		st.record(w.bucket, encoding.Record{Op: encoding.OpInsert, Key: key, After: row}, 1)
@@ -224,26 +235,15 @@ func allNull(vals []agg.Value) bool {
 	return true
 }
 
-// commit writes rows, log chunks and bucket states in one pebble batch, then
-// updates the cache and the in-memory bucket states.
+// commit writes the log chunks and bucket states in one pebble batch, then
+// updates the cache, whose changed rows stay dirty until persistRows stores
+// them (see rows.go), and the in-memory bucket states.
 func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 	if len(st.touched) == 0 && len(st.used) == 0 {
 		return nil
 	}
 	pb := t.db.NewBatch()
 	defer pb.Close()
-	for _, r := range st.touched {
-		st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], r.bucket), r.key...)
-		var err error
-		if r.row == nil {
-			err = pb.Delete(st.rowKey, nil)
-		} else {
-			err = pb.Set(st.rowKey, r.row, nil)
-		}
-		if err != nil {
-			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
-		}
-	}
 	t.mu.RLock()
 	states := make([]encoding.BucketState, len(st.used))
 	for i, bk := range st.used {
@@ -273,12 +273,11 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 		return fmt.Errorf("apply batch to %q: %w", t.dir, err)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, r := range st.touched {
-		if r.row == nil {
-			t.mu.cache.del(r.key)
-		} else {
-			t.mu.cache.put(r.key, r.row)
+	for _, e := range st.touched {
+		e.row = e.pending
+		if !e.dirty {
+			e.dirty = true
+			t.dirty = append(t.dirty, e)
 		}
 	}
 	for i, bk := range st.used {
@@ -286,5 +285,6 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 	}
 	close(t.mu.appended)
 	t.mu.appended = make(chan struct{})
+	t.mu.Unlock()
 	return nil
 }

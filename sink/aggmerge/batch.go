@@ -71,6 +71,7 @@ type Batch struct {
 	writes    []write
 	vals      []agg.Value // len(cols) values per write that carries values
 	keys      []byte      // encoded primary keys, back to back
+	keyBuf    []byte      // scratch for encoding one key
 	marks     []mark
 }
 
@@ -161,7 +162,22 @@ func (b *Batch) Mark(bucket int, m Marker) error {
 	return nil
 }
 
+// UpsertEncoded is Upsert with the key already encoded by this table's
+// AppendKey, for callers that keep encoded keys (a combining writer) and
+// would otherwise encode each key twice. The encoding is not checked.
+func (b *Batch) UpsertEncoded(mode Mode, key []byte, vals []agg.Value) error {
+	return b.addEncoded(false, mode, key, vals)
+}
+
 func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
+	var err error
+	if b.keyBuf, err = b.t.appendKey(b.keyBuf[:0], key, len(b.t.keyTypes)); err != nil {
+		return err
+	}
+	return b.addEncoded(del, mode, b.keyBuf, vals)
+}
+
+func (b *Batch) addEncoded(del bool, mode Mode, key []byte, vals []agg.Value) error {
 	switch mode {
 	case Aggregate, Overwrite:
 	case Partial:
@@ -176,10 +192,7 @@ func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, mode)
 	}
 	w := write{del: del, mode: mode, keyStart: len(b.keys), val: -1}
-	keys, err := b.t.appendKey(b.keys, key, len(b.t.keyTypes))
-	if err != nil {
-		return err
-	}
+	keys := append(b.keys, key...)
 	w.keyEnd = len(keys)
 	w.bucket = uint32(BucketOf(keys[w.keyStart:], b.t.schema.Buckets))
 	if !del || mode == Retract {

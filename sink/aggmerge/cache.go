@@ -1,40 +1,65 @@
 package aggmerge
 
-// rowCache is the write-through cache of encoded rows, keyed by encoded
-// primary key. Only the writer fills it (after its commit), so it never
-// holds a row older than pebble's. complete means every row of the table is
-// in the cache, so a miss is an absent row and needs no pebble read; the
-// first eviction clears it.
+// rowCache is the write-back cache of encoded rows, keyed by encoded
+// primary key. Only the writer changes it (under writeMu, and under mu for
+// the readers' sake), so the writer may read it without mu. It never holds
+// a row older than pebble's, and holds every dirty row (one changed since
+// it was last stored) until persistRows stores it. complete means every row
+// of the table is in the cache, so a miss is an absent row and needs no
+// pebble read; the first eviction clears it.
+//
+// Entries are pointers so that one map lookup per write serves both the
+// batch's view of the row (pending) and the committed row.
 type rowCache struct {
 	max      int
 	complete bool
-	rows     map[string][]byte
+	rows     map[string]*cachedRow
+}
+
+// cachedRow is one key's cache entry. row is the committed encoded row, nil
+// when the row is known to be absent. pending is the row as the Apply of
+// generation gen has left it so far; it is only read by that Apply. dirty
+// says row is not stored yet (the table's dirty list holds the entry).
+type cachedRow struct {
+	key     string
+	bucket  uint32
+	dirty   bool
+	row     []byte
+	pending []byte
+	gen     uint64
 }
 
 func newRowCache(max int, complete bool) rowCache {
-	return rowCache{max: max, complete: complete, rows: make(map[string][]byte)}
+	return rowCache{max: max, complete: complete, rows: make(map[string]*cachedRow)}
 }
 
 // get returns the cached row of key; known reports whether the answer is
 // authoritative (a hit, or a miss in a complete cache).
 func (c *rowCache) get(key []byte) (row []byte, known bool) {
-	row, ok := c.rows[string(key)]
-	return row, ok || c.complete
+	if e, ok := c.rows[string(key)]; ok {
+		return e.row, true
+	}
+	return nil, c.complete
 }
 
-// put caches a row, evicting arbitrary rows (Go's map order) when full.
-func (c *rowCache) put(key string, row []byte) {
-	c.rows[key] = row
+// add caches a new entry, evicting arbitrary clean rows (Go's map order)
+// when full, except e and the entries of the running Apply (generation gen).
+// With too few clean rows to evict, the cache grows until the next
+// persistRows.
+func (c *rowCache) add(e *cachedRow, gen uint64) {
+	c.rows[e.key] = e
 	if len(c.rows) <= c.max {
 		return
 	}
 	c.complete = false
 	target := c.max - c.max/16
-	for k := range c.rows {
+	for k, old := range c.rows {
 		if len(c.rows) <= target {
 			break
 		}
-		delete(c.rows, k)
+		if old != e && old.gen != gen && !old.dirty {
+			delete(c.rows, k)
+		}
 	}
 }
 

@@ -16,8 +16,12 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
-// crashDirEnv makes the test binary the writer process of TestCrash.
-const crashDirEnv = "AGGMERGE_CRASH_DIR"
+// crashDirEnv makes the test binary the writer process of TestCrash;
+// crashCacheEnv sets its Options.CacheRows.
+const (
+	crashDirEnv   = "AGGMERGE_CRASH_DIR"
+	crashCacheEnv = "AGGMERGE_CRASH_CACHE_ROWS"
+)
 
 func crashSchema() Schema {
 	return Schema{
@@ -85,7 +89,8 @@ func TestMain(m *testing.M) {
 // batches until killed, syncing every tenth and reporting each sync on
 // stdout. It returns only on error.
 func crashChild(dir string) error {
-	tbl, err := Open(dir, crashSchema(), Options{})
+	cacheRows, _ := strconv.Atoi(os.Getenv(crashCacheEnv))
+	tbl, err := Open(dir, crashSchema(), Options{CacheRows: cacheRows})
 	if err != nil {
 		return err
 	}
@@ -101,6 +106,9 @@ func crashChild(dir string) error {
 		if _, err := tbl.Apply(b); err != nil {
 			return err
 		}
+		// A pause between batches makes most kills land between syncs, with
+		// rows changed since the last one (else most land in the fsync).
+		time.Sleep(500 * time.Microsecond)
 		if i%10 == 9 {
 			if err := tbl.Sync(); err != nil {
 				return err
@@ -114,7 +122,8 @@ func crashChild(dir string) error {
 // several times over the same table. After each kill the reopened table's
 // rows must equal its log replayed from offset 0, must hold every synced
 // batch, and must equal a fresh table given the same whole batches (no
-// batch is torn).
+// batch is torn). Odd rounds give the child a row cache of 64 rows: rows
+// are then read from pebble, evicted, and stored between syncs.
 func TestCrash(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("AGGMERGE_CRASH_SEED"); s != "" {
@@ -126,7 +135,11 @@ func TestCrash(t *testing.T) {
 	var synced uint64
 	for round := range 4 {
 		delay := time.Duration(20+r.IntN(400)) * time.Millisecond
-		synced = max(synced, crashRound(t, dir, delay))
+		cacheRows := 0 // the default
+		if round%2 == 1 {
+			cacheRows = 64
+		}
+		synced = max(synced, crashRound(t, dir, delay, cacheRows))
 		tbl, err := Open(dir, crashSchema(), Options{})
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
@@ -154,9 +167,9 @@ func TestCrash(t *testing.T) {
 
 // crashRound runs the child on dir, kills it delay after its first sync and
 // returns the highest batch count it reported synced.
-func crashRound(t *testing.T, dir string, delay time.Duration) uint64 {
+func crashRound(t *testing.T, dir string, delay time.Duration, cacheRows int) uint64 {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashCacheEnv+"="+strconv.Itoa(cacheRows))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

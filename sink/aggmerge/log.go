@@ -273,6 +273,9 @@ func (t *Table) Truncate(bucket int, below uint64) error {
 	if keep <= start {
 		return nil
 	}
+	if err := t.persistRows(); err != nil { // the rows must not need what goes
+		return err
+	}
 	t.mu.RLock()
 	s := t.mu.buckets[bucket]
 	t.mu.RUnlock()

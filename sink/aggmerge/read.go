@@ -78,10 +78,7 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 	if err != nil {
 		return err
 	}
-	if err := t.checkOpen(); err != nil {
-		return err
-	}
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})
+	it, err := t.rowIter()
 	if err != nil {
 		return fmt.Errorf("scan %q: %w", t.dir, err)
 	}
@@ -90,6 +87,20 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 		err = fmt.Errorf("scan %q: %w", t.dir, cerr)
 	}
 	return err
+}
+
+// rowIter stores the dirty rows and opens an iterator over the rows before
+// any other write: a snapshot of the rows at one point of the log.
+func (t *Table) rowIter() (*pebble.Iterator, error) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := t.persistRows(); err != nil {
+		return nil, err
+	}
+	return t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})
 }
 
 // scan walks the rows of every bucket under the encoded key prefix p. One

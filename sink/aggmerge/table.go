@@ -1,6 +1,7 @@
 package aggmerge
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,9 @@ type Table struct {
 
 	// scratch is the writers' reusable memory, guarded by writeMu.
 	scratch *applyState
+	// dirty lists the cache entries whose rows are not stored yet (see
+	// rows.go), guarded by writeMu.
+	dirty []*cachedRow
 
 	// writeMu serializes the writers. It is held across the pebble commit on
 	// purpose: a write reads old rows and must not interleave with another.
@@ -221,6 +225,9 @@ func (t *Table) loadBuckets() error {
 		t.mu.buckets[i] = s
 		rows += s.Rows
 	}
+	if err := t.recoverRows(); err != nil {
+		return fmt.Errorf("recover rows from the log: %w", err)
+	}
 	complete := rows <= uint64(t.opts.CacheRows)
 	t.mu.cache = newRowCache(t.opts.CacheRows, complete)
 	if !complete {
@@ -231,7 +238,8 @@ func (t *Table) loadBuckets() error {
 		return err
 	}
 	for it.First(); it.Valid(); it.Next() {
-		t.mu.cache.put(string(it.Key()[5:]), append([]byte(nil), it.Value()...))
+		bucket := binary.BigEndian.Uint32(it.Key()[1:5])
+		t.mu.cache.add(&cachedRow{key: string(it.Key()[5:]), bucket: bucket, row: append([]byte(nil), it.Value()...)}, 0)
 	}
 	return it.Close()
 }
@@ -246,9 +254,15 @@ func (t *Table) Schema() Schema { return t.schema }
 // Dir returns the table's directory.
 func (t *Table) Dir() string { return t.dir }
 
-// Sync makes every write applied so far durable.
+// Sync makes every write applied so far durable, and stores the rows they
+// changed.
 func (t *Table) Sync() error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	if err := t.persistRows(); err != nil {
 		return err
 	}
 	if err := t.db.LogData(nil, pebble.Sync); err != nil {
@@ -273,16 +287,20 @@ func (t *Table) checkOpen() error {
 func (t *Table) Close() error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	t.mu.Lock()
-	if t.mu.closed {
-		t.mu.Unlock()
+	t.mu.RLock()
+	closed := t.mu.closed
+	t.mu.RUnlock()
+	if closed {
 		return nil
 	}
+	// Stored rows make the next Open fast; the log would recover them.
+	perr := t.persistRows()
+	t.mu.Lock()
 	t.mu.closed = true
 	close(t.mu.appended) // wakes WaitLog
 	t.mu.cache = rowCache{}
 	t.mu.Unlock()
-	if err := t.db.Close(); err != nil {
+	if err := errors.Join(perr, t.db.Close()); err != nil {
 		return fmt.Errorf("close table %q: %w", t.dir, err)
 	}
 	return nil

@@ -114,13 +114,16 @@ func TestChunkRoundTrip(t *testing.T) {
 }
 
 func TestBucketState(t *testing.T) {
-	s := BucketState{LogStart: 3, LogEnd: 1 << 40, Rows: 12}
+	s := BucketState{LogStart: 3, LogEnd: 1 << 40, Rows: 12, RowsAt: 7}
 	got, err := DecodeBucketState(AppendBucketState(nil, s))
 	if err != nil || got != s {
 		t.Errorf("bucket state %+v, %v", got, err)
 	}
 	if _, err := DecodeBucketState(AppendBucketState(nil, BucketState{LogStart: 2, LogEnd: 1})); err == nil {
 		t.Error("start beyond end accepted")
+	}
+	if _, err := DecodeBucketState(AppendBucketState(nil, BucketState{LogEnd: 1, RowsAt: 2})); err == nil {
+		t.Error("rows beyond the log end accepted")
 	}
 }
 
@@ -177,7 +180,7 @@ func FuzzDecodeChunk(f *testing.F) {
 }
 
 func FuzzDecodeBucketState(f *testing.F) {
-	f.Add(AppendBucketState(nil, BucketState{LogStart: 1, LogEnd: 2, Rows: 3}))
+	f.Add(AppendBucketState(nil, BucketState{LogStart: 1, LogEnd: 2, Rows: 3, RowsAt: 2}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeBucketState(b)
 		if err == nil && s.LogStart > s.LogEnd {

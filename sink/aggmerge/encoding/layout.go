@@ -44,10 +44,13 @@ func ParseLogKey(k []byte) (bucket uint32, offset uint64, err error) {
 }
 
 // BucketState is what the table keeps per bucket besides rows and log: the
-// log's start and end offsets and the number of rows.
+// log's start and end offsets, the number of rows, and RowsAt: the stored
+// rows hold every change of the log below RowsAt (later changes may be
+// stored too), so rows are recovered by replaying the log from RowsAt.
 type BucketState struct {
 	LogStart, LogEnd uint64
 	Rows             uint64
+	RowsAt           uint64
 }
 
 // AppendBucketState encodes a bucket state.
@@ -55,7 +58,8 @@ func AppendBucketState(dst []byte, s BucketState) []byte {
 	dst = append(dst, Version)
 	dst = binary.AppendUvarint(dst, s.LogStart)
 	dst = binary.AppendUvarint(dst, s.LogEnd)
-	return binary.AppendUvarint(dst, s.Rows)
+	dst = binary.AppendUvarint(dst, s.Rows)
+	return binary.AppendUvarint(dst, s.RowsAt)
 }
 
 // DecodeBucketState decodes a bucket state.
@@ -64,8 +68,8 @@ func DecodeBucketState(b []byte) (BucketState, error) {
 	if v := d.byte(); v != Version {
 		return BucketState{}, corrupt("bucket state version %d", v)
 	}
-	s := BucketState{LogStart: d.uvarint(), LogEnd: d.uvarint(), Rows: d.uvarint()}
-	if d.err == nil && (len(d.b) != 0 || s.LogStart > s.LogEnd) {
+	s := BucketState{LogStart: d.uvarint(), LogEnd: d.uvarint(), Rows: d.uvarint(), RowsAt: d.uvarint()}
+	if d.err == nil && (len(d.b) != 0 || s.LogStart > s.LogEnd || s.RowsAt > s.LogEnd) {
 		d.fail("bad bucket state")
 	}
 	return s, d.err

@@ -14,15 +14,15 @@ type combiner struct {
 	t      *aggmerge.Table
 	funcs  []*agg.Func
 	types  []agg.Type
-	nkey   int
 	index  map[string]int
-	keys   []agg.Value // nkey per slot
+	keys   []byte      // encoded keys, back to back
+	ends   []int       // end of each slot's key in keys
 	vals   []agg.Value // len(funcs) per slot
 	keyBuf []byte
 }
 
 func newCombiner(t *aggmerge.Table, cols []int) *combiner {
-	c := &combiner{t: t, index: map[string]int{}, nkey: len(t.Schema().Key)}
+	c := &combiner{t: t, index: map[string]int{}}
 	for _, i := range cols {
 		c.funcs = append(c.funcs, t.Func(i))
 		c.types = append(c.types, t.Schema().Values[i].Type)
@@ -46,7 +46,8 @@ func (c *combiner) add(key, vals []agg.Value) error {
 	if !ok {
 		slot = len(c.index)
 		c.index[string(c.keyBuf)] = slot
-		c.keys = append(c.keys, key...)
+		c.keys = append(c.keys, c.keyBuf...)
+		c.ends = append(c.ends, len(c.keys))
 	}
 	for j, v := range vals {
 		in, err := agg.Conform(c.types[j], v)
@@ -69,15 +70,15 @@ func (c *combiner) add(key, vals []agg.Value) error {
 // drain moves every waiting key into b, in the order keys were first seen,
 // and empties the combiner.
 func (c *combiner) drain(b *aggmerge.Batch) error {
-	n, w := c.nkey, len(c.funcs)
-	for slot := 0; slot < len(c.index); slot++ {
-		if err := b.Upsert(aggmerge.Partial, c.keys[slot*n:(slot+1)*n], c.vals[slot*w:(slot+1)*w]); err != nil {
+	w, start := len(c.funcs), 0
+	for slot, end := range c.ends {
+		if err := b.UpsertEncoded(aggmerge.Partial, c.keys[start:end], c.vals[slot*w:(slot+1)*w]); err != nil {
 			return err
 		}
+		start = end
 	}
 	clear(c.index)
-	clear(c.keys)
-	clear(c.vals)
-	c.keys, c.vals = c.keys[:0], c.vals[:0]
+	clear(c.vals) // drop references held by values
+	c.keys, c.ends, c.vals = c.keys[:0], c.ends[:0], c.vals[:0]
 	return nil
 }
