@@ -2,9 +2,10 @@ package kafkatest
 
 import (
 	"flag"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebbflow/ebbflow/internal/cputime"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -34,7 +35,7 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	var cpu time.Duration
 	for b.Loop() {
-		before := cpuTime(b)
+		before := cputime.Process()
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}))
 		if err != nil {
 			b.Fatal(err)
@@ -51,7 +52,7 @@ func BenchmarkConsume(b *testing.B) {
 			})
 		}
 		cl.Close()
-		cpu += cpuTime(b) - before
+		cpu += cputime.Process() - before
 		if got != n || touched != bytes {
 			b.Fatalf("consumed %d records of %d bytes, want %d of %d", got, touched, n, bytes)
 		}
@@ -59,13 +60,4 @@ func BenchmarkConsume(b *testing.B) {
 	b.SetBytes(int64(bytes))
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rec/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "cpu-µs/rec")
-}
-
-// cpuTime returns the CPU time, user and system, this process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

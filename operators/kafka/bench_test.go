@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebbflow/ebbflow/internal/cputime"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -162,22 +163,14 @@ func (s timedSink[T]) Write(batch []T) error {
 func measure(b *testing.B, n int, pass func(first func())) {
 	var cpu, steady, start time.Duration
 	for b.Loop() {
-		before, t0 := cpuTime(b), time.Now()
+		before, t0 := cputime.Process(), time.Now()
 		var t1 time.Time
 		pass(func() { t1 = time.Now() })
 		steady += time.Since(t1)
 		start += t1.Sub(t0)
-		cpu += cpuTime(b) - before
+		cpu += cputime.Process() - before
 	}
 	b.ReportMetric(float64(n*b.N)/steady.Seconds(), "rec/s")
 	b.ReportMetric(float64(start.Milliseconds())/float64(b.N), "start-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "cpu-µs/rec")
-}
-
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -2,9 +2,10 @@ package aggmerge
 
 import (
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebbflow/ebbflow/internal/cputime"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -41,7 +42,7 @@ func BenchmarkUpsert(b *testing.B) {
 	vals := make([]agg.Value, 3)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for i := range b.N {
 		key[0] = agg.IntValue(int64(rng.IntN(100_000)))
 		v := agg.IntValue(int64(rng.IntN(1000)))
@@ -63,7 +64,7 @@ func BenchmarkUpsert(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "upserts/s")
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
 	m := t.Metrics()
 	var written uint64
 	for _, l := range m.Levels {
@@ -124,17 +125,6 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
-}
-
-// cpuTime returns the CPU time (user and system) the process used, in
-// nanoseconds: with flush and compaction on the second core, wall time alone
-// hides the cost.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkReadLog reads a bucket's log of 1M upserts over 100k keys from

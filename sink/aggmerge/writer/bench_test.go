@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/cputime"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -27,6 +28,7 @@ import (
 var (
 	benchRecords = flag.Int("records", 1_000_000, "records preloaded for BenchmarkKafkaToTable")
 	benchFlush   = flag.Duration("flush", 100*time.Millisecond, "the writer's FlushInterval in BenchmarkKafkaToTable")
+	benchPar     = flag.Int("par", 1, "the job's parallelism in BenchmarkKafkaToTable")
 )
 
 type purchase struct {
@@ -96,7 +98,7 @@ func BenchmarkKafkaToTable(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(),
+				j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: *benchPar,
 					Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
 				src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}},
 					kafka.JSONWith(func(v *fastjson.Value) (purchase, error) {
@@ -117,11 +119,12 @@ func BenchmarkKafkaToTable(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				start := time.Now()
+				start, cpu0 := time.Now(), cputime.Process()
 				if err := j.Run(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 				rate := float64(n) / time.Since(start).Seconds()
+				cpu := cputime.Process() - cpu0
 				var total int64
 				_ = tbl.Scan(func(r aggmerge.Row) error { total += r.Values[1].Int(); return nil })
 				tbl.Close()
@@ -130,6 +133,7 @@ func BenchmarkKafkaToTable(b *testing.B) {
 				}
 				b.ReportMetric(rate, "records/s")
 				b.ReportMetric(100*rate/raw, "%raw")
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/rec")
 			}
 		})
 	}
