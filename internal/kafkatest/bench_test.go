@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ebbflow/ebbflow/internal/cputime"
-
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/cputime"
 )
 
 var benchRecords = flag.Int("kafkatest.records", 1_000_000, "records BenchmarkConsume preloads")

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ebbflow/ebbflow/internal/cputime"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/internal/cputime"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
