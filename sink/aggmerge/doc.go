@@ -6,17 +6,21 @@
 //
 // Storage: one pebble DB per table (see package encoding for the layout):
 // metadata (schema, table UUID), per-bucket state (log start and end, row
-// count), rows, and log chunks. A chunk holds the entries one Apply
+// count, and RowsAt: up to where the stored rows are complete), rows, and
+// log chunks. A chunk holds the entries one Apply
 // appended to one bucket, under the key (bucket, first offset), so the log
 // costs one pebble key per bucket per batch rather than one per entry, and a
 // bucket's log is read in order by one iterator. The log lives in the same
-// DB as the rows: one pebble batch then commits rows, log and bucket state
-// together, with no cross-DB recovery protocol.
+// DB as the rows, so one pebble batch commits log and bucket state and one
+// WAL orders them with the stored rows, with no cross-DB recovery protocol.
+// Rows are stored lazily (rows.go): an Apply leaves them dirty in the row
+// cache, Sync (each checkpoint), Scan, Truncate and Close store them, and
+// Open replays the log from RowsAt: the log is the truth.
 //
 // Writes: Table.Apply takes a Batch of upserts and deletes, each in a mode
 // (Aggregate, Overwrite, Retract), naming its target columns once (partial
-// update). It reads each old row from the write-through row cache (pebble
-// only on a miss in a cache that does not hold the whole table), merges,
+// update). It reads each old row from the row cache (pebble only on a miss
+// in a cache that does not hold the whole table), merges,
 // and commits unsynced by default; Table.Sync makes everything so far
 // durable. Writers may register (Register): a registered writer's batches
 // of an older epoch are fenced, and two jobs cannot register overlapping
@@ -29,9 +33,12 @@
 //   - offsets are dense and increasing per bucket; an update takes two
 //     (-U, +U); a write that leaves its row unchanged appends nothing;
 //   - bucket = xxhash64(encoded primary key) mod buckets (BucketOf);
-//   - the row cache is filled only by the writer after its commit, so it is
-//     never older than pebble;
-//   - writers are serialized; readers (Get, Scan, ReadLog) never wait for
-//     a writer's IO and each sees one consistent snapshot;
+//   - the row cache is changed only by the writer after its commit, so it
+//     is never older than pebble, and it holds every dirty row until it is
+//     stored;
+//   - the stored rows hold every change of a bucket's log below its RowsAt;
+//   - writers are serialized; Get and ReadLog never wait for a writer's IO
+//     (Scan waits for the dirty rows to be stored) and each read sees one
+//     consistent snapshot;
 //   - Truncate never drops an entry at or above the offset it is given.
 package aggmerge
