@@ -3,6 +3,7 @@ package pebblestate
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"slices"
 
 	"github.com/ebbflow/ebbflow/state"
@@ -15,13 +16,21 @@ import (
 type orderer struct {
 	idx    []int32
 	counts []int32
+	run    []abbrev
+}
+
+// abbrev is an op's index with 8 bytes of its key: those after the prefix
+// that every key of its run shares, which mostly decide the order alone.
+type abbrev struct {
+	key uint64
+	i   int32
 }
 
 // order returns the indexes of ops sorted by key; ops of the same key keep
 // their order, so the last one still wins. The slice is valid until the next
 // call. State keys start with their 2-byte key group: a counting sort by the
-// first two bytes splits the batch into small runs that are sorted on their
-// own.
+// first two bytes splits the batch into runs of one group, and each run is
+// sorted on abbreviated keys, comparing whole keys only on a tie.
 func (o *orderer) order(ops []state.WriteOp) []int32 {
 	if len(ops) == 0 {
 		return nil
@@ -50,15 +59,50 @@ func (o *orderer) order(ops []state.WriteOp) []int32 {
 	// counts[b] is now the end of bucket b.
 	start := int32(0)
 	for _, end := range o.counts[:len(o.counts)-1] {
-		slices.SortFunc(o.idx[start:end], func(x, y int32) int {
-			if c := bytes.Compare(ops[x].Key, ops[y].Key); c != 0 {
-				return c
-			}
-			return cmp.Compare(x, y)
-		})
+		if end-start > 1 {
+			o.sortRun(ops, o.idx[start:end])
+		}
 		start = end
 	}
 	return o.idx
+}
+
+// sortRun sorts the indexes in run by the key of their op, then by index.
+func (o *orderer) sortRun(ops []state.WriteOp, run []int32) {
+	first := ops[run[0]].Key
+	shared := len(first)
+	for _, i := range run[1:] {
+		shared = commonPrefix(first[:shared], ops[i].Key)
+	}
+	o.run = slices.Grow(o.run[:0], len(run))[:len(run)]
+	for j, i := range run {
+		var buf [8]byte
+		copy(buf[:], ops[i].Key[shared:])
+		o.run[j] = abbrev{key: binary.BigEndian.Uint64(buf[:]), i: i}
+	}
+	slices.SortFunc(o.run, func(x, y abbrev) int {
+		if c := cmp.Compare(x.key, y.key); c != 0 {
+			return c
+		}
+		if c := bytes.Compare(ops[x.i].Key, ops[y.i].Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.i, y.i)
+	})
+	for j, a := range o.run {
+		run[j] = a.i
+	}
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 // bucket is the first two bytes of key, big-endian, missing bytes as zero:

@@ -10,7 +10,7 @@ import (
 )
 
 // TestOrder compares order with a stable sort of the ops by key, on batches
-// with short, empty and repeated keys.
+// with short, empty, long and repeated keys.
 func TestOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	var o orderer
@@ -19,11 +19,17 @@ func TestOrder(t *testing.T) {
 		if round == 0 {
 			n = 0
 		}
+		// Odd rounds: long keys behind a shared prefix, so that keys also
+		// tie on their 8 abbreviated bytes.
+		prefix, tail := []byte(nil), 5
+		if round%2 == 1 {
+			prefix, tail = []byte{0, byte(r.IntN(2)), 3, 's', 'u', 'm'}[:r.IntN(7)], 14
+		}
 		ops := make([]state.WriteOp, n)
 		for i := range ops {
-			key := make([]byte, r.IntN(5))
-			for j := range key {
-				key[j] = byte(r.IntN(3)) // few distinct bytes: many ties
+			key := append([]byte{}, prefix...)
+			for range r.IntN(tail) {
+				key = append(key, byte(r.IntN(3))) // few distinct bytes: many ties
 			}
 			ops[i] = state.WriteOp{Key: key, Value: []byte{byte(i), byte(i >> 8)}}
 		}

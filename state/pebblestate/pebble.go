@@ -60,7 +60,7 @@ type factory struct {
 // pebbleOptions returns the options of one DB, with its own cache (released
 // with the DB).
 func (f *factory) pebbleOptions(readOnly bool) *pebble.Options {
-	return &pebble.Options{
+	po := &pebble.Options{
 		Cache:                       pebble.NewCache(f.opts.CacheSize),
 		MemTableSize:                f.opts.MemTableSize,
 		MemTableStopWritesThreshold: 4,
@@ -71,6 +71,11 @@ func (f *factory) pebbleOptions(readOnly bool) *pebble.Options {
 		Logger:     logger{f.opts.Logger},
 		ReadOnly:   readOnly,
 	}
+	// Every checkpoint flushes an sstable and the compactions that follow
+	// rewrite the state: their CPU competes with the tasks, and compressing
+	// small values saves little disk for it.
+	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	return po
 }
 
 // open opens the DB in dir and releases the reference to its cache (the DB
