@@ -16,11 +16,12 @@ import (
 type orderer struct {
 	idx    []int32
 	counts []int32
-	run    []abbrev
+	sorted []abbrev
 }
 
-// abbrev is an op's index with 8 bytes of its key: those after the prefix
-// that every key of its run shares, which mostly decide the order alone.
+// abbrev is an op's index with 8 bytes of its key: those after the group and
+// the prefix that every key of the batch shares next (state name, leading
+// zeros of the keys), which mostly decide the order alone.
 type abbrev struct {
 	key uint64
 	i   int32
@@ -30,15 +31,19 @@ type abbrev struct {
 // their order, so the last one still wins. The slice is valid until the next
 // call. State keys start with their 2-byte key group: a counting sort by the
 // first two bytes splits the batch into runs of one group, and each run is
-// sorted on abbreviated keys, comparing whole keys only on a tie.
+// sorted on abbreviated keys, comparing whole keys only on a tie. Only the
+// sort of a run jumps around memory; the passes over ops read it in order.
 func (o *orderer) order(ops []state.WriteOp) []int32 {
 	if len(ops) == 0 {
 		return nil
 	}
 	lo, hi := 1<<16, 0
+	first := afterBucket(ops[0].Key)
+	shared := len(first)
 	for _, op := range ops {
 		b := bucket(op.Key)
 		lo, hi = min(lo, b), max(hi, b)
+		shared = commonPrefix(first[:shared], afterBucket(op.Key))
 	}
 	// counts[b-lo+1] counts bucket b; the prefix sums turn it into the start
 	// of bucket b+1.
@@ -50,48 +55,33 @@ func (o *orderer) order(ops []state.WriteOp) []int32 {
 	for i := 1; i < len(o.counts); i++ {
 		o.counts[i] += o.counts[i-1]
 	}
-	o.idx = slices.Grow(o.idx[:0], len(ops))[:len(ops)]
+	o.sorted = slices.Grow(o.sorted[:0], len(ops))[:len(ops)]
 	for i, op := range ops {
+		var buf [8]byte
+		copy(buf[:], afterBucket(op.Key)[shared:])
 		b := bucket(op.Key) - lo
-		o.idx[o.counts[b]] = int32(i)
+		o.sorted[o.counts[b]] = abbrev{key: binary.BigEndian.Uint64(buf[:]), i: int32(i)}
 		o.counts[b]++
 	}
 	// counts[b] is now the end of bucket b.
 	start := int32(0)
 	for _, end := range o.counts[:len(o.counts)-1] {
-		if end-start > 1 {
-			o.sortRun(ops, o.idx[start:end])
-		}
+		slices.SortFunc(o.sorted[start:end], func(x, y abbrev) int {
+			if c := cmp.Compare(x.key, y.key); c != 0 {
+				return c
+			}
+			if c := bytes.Compare(ops[x.i].Key, ops[y.i].Key); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.i, y.i)
+		})
 		start = end
 	}
+	o.idx = slices.Grow(o.idx[:0], len(ops))[:len(ops)]
+	for j, a := range o.sorted {
+		o.idx[j] = a.i
+	}
 	return o.idx
-}
-
-// sortRun sorts the indexes in run by the key of their op, then by index.
-func (o *orderer) sortRun(ops []state.WriteOp, run []int32) {
-	first := ops[run[0]].Key
-	shared := len(first)
-	for _, i := range run[1:] {
-		shared = commonPrefix(first[:shared], ops[i].Key)
-	}
-	o.run = slices.Grow(o.run[:0], len(run))[:len(run)]
-	for j, i := range run {
-		var buf [8]byte
-		copy(buf[:], ops[i].Key[shared:])
-		o.run[j] = abbrev{key: binary.BigEndian.Uint64(buf[:]), i: i}
-	}
-	slices.SortFunc(o.run, func(x, y abbrev) int {
-		if c := cmp.Compare(x.key, y.key); c != 0 {
-			return c
-		}
-		if c := bytes.Compare(ops[x.i].Key, ops[y.i].Key); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.i, y.i)
-	})
-	for j, a := range o.run {
-		run[j] = a.i
-	}
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b.
@@ -104,6 +94,9 @@ func commonPrefix(a, b []byte) int {
 	}
 	return n
 }
+
+// afterBucket is what follows the bucket bytes of key.
+func afterBucket(key []byte) []byte { return key[min(2, len(key)):] }
 
 // bucket is the first two bytes of key, big-endian, missing bytes as zero:
 // keys in a lower bucket sort before those in a higher one.
