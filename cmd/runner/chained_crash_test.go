@@ -106,12 +106,19 @@ type jobProc struct {
 
 var keysRestored = regexp.MustCompile(`msg="undo finished" .* keys_restored=(\d+)`)
 
-// ended adds up the undo of the runner's last life, from its log.
-func (r *jobProc) ended() {
-	for _, m := range keysRestored.FindAllStringSubmatch(r.c.stderr.String(), -1) {
+// undoneKeys adds up the keys a runner's undo restored, from its log.
+func undoneKeys(c *child) int {
+	sum := 0
+	for _, m := range keysRestored.FindAllStringSubmatch(c.stderr.String(), -1) {
 		n, _ := strconv.Atoi(m[1])
-		r.undone += n
+		sum += n
 	}
+	return sum
+}
+
+// ended adds up the undo of the runner's last life.
+func (r *jobProc) ended() {
+	r.undone += undoneKeys(r.c)
 	r.c = nil
 }
 

@@ -31,7 +31,8 @@ type userTotal struct {
 // the runner dials), kills the runner with SIGKILL at seeded random moments
 // while input keeps arriving, restarts it each time, then stops it
 // gracefully and compares "table scan -o json" with the exact totals of the
-// input.
+// input. The runner syncs its table writes (syncWritesEnv), so that a kill
+// leaves writes past the last checkpoint for undo to take back.
 func TestSIGKILL(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -77,7 +78,7 @@ func TestSIGKILL(t *testing.T) {
 
 	for k := range *killsFlag {
 		produce(200 + rng.Intn(500))
-		c := start(t, nil, args...)
+		c := start(t, []string{syncWritesEnv + "=1"}, args...)
 		// input keeps arriving until the kill, so that the table holds
 		// writes past the last checkpoint for undo to take back
 		wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
@@ -89,10 +90,10 @@ func TestSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.exitCode(t, 30*time.Second)
-		t.Logf("kill %d after %s", k+1, wait)
+		t.Logf("kill %d after %s (the undo at that run's start restored %d keys)", k+1, wait, undoneKeys(c))
 	}
 	produce(1000)
-	c := start(t, nil, args...)
+	c := start(t, []string{syncWritesEnv + "=1"}, args...)
 	diff := "not started"
 	waitFor(t, c, 30*time.Second, "every order in the table (seed "+strconv.FormatInt(seed, 10)+")", func() bool {
 		if liveRunner(dir) == "" {
