@@ -1,7 +1,6 @@
 package aggmerge
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -29,10 +28,6 @@ func (t *Table) persistRows() error {
 	if len(t.dirty) == 0 {
 		return nil
 	}
-	// Sorted keys make the memtable inserts cheap (and the batch small).
-	slices.SortFunc(t.dirty, func(a, b *cachedRow) int {
-		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.key, b.key))
-	})
 	pb := t.db.NewBatch()
 	defer pb.Close()
 	var key []byte
