@@ -131,8 +131,9 @@ type sink[T any] struct {
 	prefix string // writer ids of every subtask of this sink start with it
 	w      aggmerge.Writer
 	owned  []int
-	batch  *aggmerge.Batch
-	comb   *combiner // nil when combining is off
+	batch  *aggmerge.Batch // filled by Write
+	spare  *aggmerge.Batch // empty, for Write while batch is applied
+	comb   *combiner       // nil when combining is off
 	row    Row
 	timer  bool // a flush timer is set
 
@@ -144,6 +145,11 @@ type sink[T any] struct {
 	// window holds the baselines of the retained completed checkpoints,
 	// oldest first: the log must be kept from window[0] on.
 	window []map[int]uint64
+	// applying receives the outcome of the flush being applied to the table
+	// on its own goroutine, so that the next records are mapped and combined
+	// meanwhile; nil when none is. Only one is at a time, so batches reach
+	// the table in order, and every other use of the table waits for it.
+	applying chan error
 }
 
 func newSink[T any](cfg Config, mapper Mapper[T]) *sink[T] {
@@ -168,6 +174,9 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 		}
 	}
 	if s.batch, err = t.NewBatch(s.w, s.cfg.Columns); err != nil {
+		return err
+	}
+	if s.spare, err = t.NewBatch(s.w, s.cfg.Columns); err != nil {
 		return err
 	}
 	if !s.cfg.NoCombine {
@@ -325,7 +334,8 @@ func (s *sink[T]) OnTimer(time.Time) error {
 	return s.flush()
 }
 
-// flush writes everything waiting to the table (unsynced).
+// flush hands everything waiting to a goroutine that applies it to the
+// table (unsynced), once the previous flush is applied.
 func (s *sink[T]) flush() error {
 	if s.comb != nil && s.comb.len() > 0 {
 		if err := s.comb.drain(s.batch); err != nil {
@@ -335,15 +345,37 @@ func (s *sink[T]) flush() error {
 	if s.batch.Len() == 0 {
 		return nil
 	}
-	if _, err := s.table.Apply(s.batch); err != nil {
+	if err := s.applied(); err != nil {
 		return err
 	}
-	s.batch.Reset()
+	b := s.batch
+	s.batch, s.spare = s.spare, b
+	done := make(chan error, 1)
+	s.applying = done
+	go func() {
+		_, err := s.table.Apply(b)
+		b.Reset()
+		done <- err
+	}()
 	return nil
+}
+
+// applied waits until the flush being applied, if any, is, and returns its
+// error.
+func (s *sink[T]) applied() error {
+	if s.applying == nil {
+		return nil
+	}
+	err := <-s.applying
+	s.applying = nil
+	return err
 }
 
 func (s *sink[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
 	if err := s.flush(); err != nil {
+		return state.OperatorState{}, err
+	}
+	if err := s.applied(); err != nil {
 		return state.OperatorState{}, err
 	}
 	if err := s.table.Sync(); err != nil {
@@ -372,6 +404,9 @@ func (s *sink[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error)
 // moved since the last one: the changelog exporter's signal that the range
 // is covered by a completed checkpoint.
 func (s *sink[T]) NotifyComplete(id barrier.CheckpointID) error {
+	if err := s.applied(); err != nil {
+		return err
+	}
 	base, ok := s.snapshots[id]
 	if !ok {
 		return nil
@@ -430,4 +465,6 @@ func owned(offsets map[int]uint64, buckets []int) map[int]uint64 {
 	return out
 }
 
-func (s *sink[T]) Close() error { return nil }
+// Close waits for the flush being applied: what it writes past the last
+// checkpoint is undone at the next restore, like any write after it.
+func (s *sink[T]) Close() error { return s.applied() }
