@@ -19,5 +19,8 @@
 //     Retract(Merge(acc, x), x) == acc (exactly, for int64 and decimal sums
 //     and counts; for products when no rounding or overflow occurred);
 //   - sketch values are re-serialized on every merge, so a corrupt input is
-//     an error, never stored.
+//     an error, never stored;
+//   - partials combine (Partial, Combine, MergePartial) to the same result as
+//     merging inputs one by one; an Accumulator combines them too, keeping a
+//     sketch decoded between writes, to the same result.
 package agg

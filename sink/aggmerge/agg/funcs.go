@@ -79,6 +79,7 @@ type def struct {
 	associative bool
 	retracts    bool
 	build       func(t Type, p map[string]string) (merge, retract func(acc, in Value) (Value, error), err error)
+	work        func(first Value) (working, error) // nil, or the Accumulator's in-memory form from a first non-null partial
 }
 
 var (
@@ -101,9 +102,9 @@ var defs = []*def{
 	{name: "bool_and", kinds: []Kind{KindBool}, idempotent: true, associative: true, build: buildBool(true)},
 	{name: "bool_or", kinds: []Kind{KindBool}, idempotent: true, associative: true, build: buildBool(false)},
 	{name: "collect_set", kinds: []Kind{KindStringSet}, idempotent: true, associative: true, build: buildCollectSet},
-	{name: "rbm32", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildRBM32},
-	{name: "rbm64", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildRBM64},
-	{name: "hll", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildHLL},
+	{name: "rbm32", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildRBM32, work: rbm32.start},
+	{name: "rbm64", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildRBM64, work: rbm64.start},
+	{name: "hll", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildHLL, work: hll.start},
 }
 
 // Normalize returns the canonical spelling of a function name or alias:

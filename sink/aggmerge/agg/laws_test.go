@@ -38,8 +38,14 @@ func input(r *rand.Rand, f *Func) Value {
 	}
 	switch f.Name() {
 	case "rbm32":
+		if r.IntN(2) == 0 { // one id, the common input
+			return Bitmap32Value(uint32(r.IntN(50)) << (16 * r.IntN(2)))
+		}
 		return Bitmap32Value(uint32(r.IntN(50)), uint32(r.IntN(50)))
 	case "rbm64":
+		if r.IntN(2) == 0 {
+			return Bitmap64Value(uint64(r.IntN(50)) << (33 * r.IntN(2)))
+		}
 		return Bitmap64Value(uint64(r.IntN(50)), uint64(r.IntN(50))<<33)
 	case "hll":
 		return HLLValue([]byte(fmt.Sprint(r.IntN(50))))

@@ -20,32 +20,82 @@ type sketch[S any] struct {
 	decode func(b []byte) (S, error)
 	union  func(acc, in S) error
 	encode func(S) ([]byte, error)
+	// addOne, when set, adds the item of b to acc if b is the serialization
+	// of a one-item sketch, the common input, without decoding a sketch; it
+	// reports false, leaving acc alone, for any other b.
+	addOne func(acc S, b string) bool
 }
 
 func (k sketch[S]) merge(acc, in Value) (Value, error) {
 	if in.IsNull() {
 		return acc, nil
 	}
-	b, err := k.decode([]byte(in.s))
+	b, err := k.decodeAs(in, "input")
 	if err != nil {
-		return Value{}, fmt.Errorf("%w: %s input: %v", ErrCorruptInput, k.name, err)
+		return Value{}, err
 	}
 	if !acc.IsNull() {
-		a, err := k.decode([]byte(acc.s))
+		a, err := k.decodeAs(acc, "accumulator")
 		if err != nil {
-			return Value{}, fmt.Errorf("%w: %s accumulator: %v", ErrCorruptInput, k.name, err)
+			return Value{}, err
 		}
-		if err := k.union(a, b); err != nil {
-			return Value{}, fmt.Errorf("%w: %s union: %v", ErrCorruptInput, k.name, err)
+		if err := k.unionInto(a, b); err != nil {
+			return Value{}, err
 		}
 		b = a
 	}
-	out, err := k.encode(b)
+	return k.value(b)
+}
+
+func (k sketch[S]) decodeAs(v Value, what string) (S, error) {
+	s, err := k.decode([]byte(v.s))
+	if err != nil {
+		return s, fmt.Errorf("%w: %s %s: %v", ErrCorruptInput, k.name, what, err)
+	}
+	return s, nil
+}
+
+func (k sketch[S]) unionInto(acc, in S) error {
+	if err := k.union(acc, in); err != nil {
+		return fmt.Errorf("%w: %s union: %v", ErrCorruptInput, k.name, err)
+	}
+	return nil
+}
+
+func (k sketch[S]) value(s S) (Value, error) {
+	out, err := k.encode(s)
 	if err != nil {
 		return Value{}, fmt.Errorf("%s encode: %w", k.name, err)
 	}
 	return BytesValue(out), nil
 }
+
+// start is the Accumulator's in-memory form of a sketch: first decoded.
+func (k sketch[S]) start(first Value) (working, error) {
+	s, err := k.decodeAs(first, "input")
+	if err != nil {
+		return nil, err
+	}
+	return &sketchWork[S]{k: k, s: s}, nil
+}
+
+type sketchWork[S any] struct {
+	k sketch[S]
+	s S
+}
+
+func (w *sketchWork[S]) add(p Value) error {
+	if p.IsNull() || w.k.addOne != nil && w.k.addOne(w.s, p.s) {
+		return nil
+	}
+	in, err := w.k.decodeAs(p, "input")
+	if err != nil {
+		return err
+	}
+	return w.k.unionInto(w.s, in)
+}
+
+func (w *sketchWork[S]) value() (Value, error) { return w.k.value(w.s) }
 
 // guard turns a panic of a decoder fed corrupt bytes into an error.
 func guard[S any](decode func([]byte) (S, error)) func([]byte) (S, error) {
@@ -76,6 +126,13 @@ var rbm32 = sketch[*roaring.Bitmap]{
 		bm.RunOptimize()
 		return bm.ToBytes()
 	},
+	addOne: func(bm *roaring.Bitmap, b string) bool {
+		id, ok := oneID32(b)
+		if ok {
+			bm.Add(id)
+		}
+		return ok
+	},
 }
 
 var rbm64 = sketch[*roaring64.Bitmap]{
@@ -95,7 +152,39 @@ var rbm64 = sketch[*roaring64.Bitmap]{
 		bm.RunOptimize()
 		return bm.ToBytes()
 	},
+	addOne: func(bm *roaring64.Bitmap, b string) bool {
+		id, ok := oneID64(b)
+		if ok {
+			bm.Add(id)
+		}
+		return ok
+	},
 }
+
+// oneID32 returns the id of b when b is the portable serialization of a
+// one-id roaring bitmap as roaring writes it: no run containers (cookie
+// 12346), one container, of cardinality 1, at offset 16. Any 18 bytes with
+// these fields are exactly that, so nothing else is accepted.
+func oneID32(b string) (uint32, bool) {
+	if len(b) != 18 || le32(b[0:]) != 12346 || le32(b[4:]) != 1 || le16(b[10:]) != 0 || le32(b[12:]) != 16 {
+		return 0, false
+	}
+	return uint32(le16(b[8:]))<<16 | uint32(le16(b[16:])), true
+}
+
+// oneID64 returns the id of b when b is the serialization of a one-id 64-bit
+// roaring bitmap: one 32-bit bitmap (count 1 as uint64, its high 32 bits as
+// uint32) holding one id.
+func oneID64(b string) (uint64, bool) {
+	if len(b) != 30 || le32(b[0:]) != 1 || le32(b[4:]) != 0 {
+		return 0, false
+	}
+	lo, ok := oneID32(b[12:])
+	return uint64(le32(b[8:]))<<32 | uint64(lo), ok
+}
+
+func le16(b string) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
+func le32(b string) uint32 { return uint32(le16(b)) | uint32(le16(b[2:]))<<16 }
 
 // hllPrecision is fixed so that every sketch of a column can be merged:
 // 2^14 registers, a standard error of about 0.81%.
