@@ -53,10 +53,11 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	if err := t.checkWriter(b); err != nil {
 		return Result{}, err
 	}
-	if len(t.dirty) >= t.maxDirty() {
-		if err := t.persistRows(); err != nil {
-			return Result{}, err
-		}
+	t.mu.RLock()
+	storeErr := t.mu.storeErr
+	t.mu.RUnlock()
+	if storeErr != nil {
+		return Result{}, storeErr
 	}
 	st := t.applyState()
 	defer st.reset()
@@ -236,7 +237,7 @@ func allNull(vals []agg.Value) bool {
 }
 
 // commit writes the log chunks and bucket states in one pebble batch, then
-// updates the cache, whose changed rows stay dirty until persistRows stores
+// updates the cache, whose changed rows stay dirty until the storer stores
 // them (see rows.go), and the in-memory bucket states.
 func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 	if len(st.touched) == 0 && len(st.used) == 0 {
@@ -286,5 +287,8 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 	close(t.mu.appended)
 	t.mu.appended = make(chan struct{})
 	t.mu.Unlock()
+	if len(t.dirty) >= t.maxDirty() {
+		t.kickStorer()
+	}
 	return nil
 }

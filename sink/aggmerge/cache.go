@@ -4,7 +4,7 @@ package aggmerge
 // primary key. Only the writer changes it (under writeMu, and under mu for
 // the readers' sake), so the writer may read it without mu. It never holds
 // a row older than pebble's, and holds every dirty row (one changed since
-// it was last stored) until persistRows stores it. complete means every row
+// it was last stored) until it is stored (rows.go). complete means every row
 // of the table is in the cache, so a miss is an absent row and needs no
 // pebble read; the first eviction clears it.
 //
@@ -19,11 +19,14 @@ type rowCache struct {
 // cachedRow is one key's cache entry. row is the committed encoded row, nil
 // when the row is known to be absent. pending is the row as the Apply of
 // generation gen has left it so far; it is only read by that Apply. dirty
-// says row is not stored yet (the table's dirty list holds the entry).
+// says row is not stored yet (the table's dirty list holds the entry);
+// pinned that a store is writing it, so it must not be evicted yet. An
+// entry of an absent row stays until evicted.
 type cachedRow struct {
 	key     string
 	bucket  uint32
 	dirty   bool
+	pinned  bool
 	row     []byte
 	pending []byte
 	gen     uint64
@@ -42,10 +45,9 @@ func (c *rowCache) get(key []byte) (row []byte, known bool) {
 	return nil, c.complete
 }
 
-// add caches a new entry, evicting arbitrary clean rows (Go's map order)
+// add caches a new entry, evicting arbitrary stored rows (Go's map order)
 // when full, except e and the entries of the running Apply (generation gen).
-// With too few clean rows to evict, the cache grows until the next
-// persistRows.
+// With too few stored rows to evict, the cache grows until the next store.
 func (c *rowCache) add(e *cachedRow, gen uint64) {
 	c.rows[e.key] = e
 	if len(c.rows) <= c.max {
@@ -57,10 +59,8 @@ func (c *rowCache) add(e *cachedRow, gen uint64) {
 		if len(c.rows) <= target {
 			break
 		}
-		if old != e && old.gen != gen && !old.dirty {
+		if old != e && old.gen != gen && !old.dirty && !old.pinned {
 			delete(c.rows, k)
 		}
 	}
 }
-
-func (c *rowCache) del(key string) { delete(c.rows, key) }

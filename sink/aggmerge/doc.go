@@ -6,16 +6,17 @@
 //
 // Storage: one pebble DB per table (see package encoding for the layout):
 // metadata (schema, table UUID), per-bucket state (log start and end, row
-// count, and RowsAt: up to where the stored rows are complete), rows, and
-// log chunks. A chunk holds the entries one Apply
+// count), per-bucket rows offset (up to where the stored rows are
+// complete), rows, and log chunks. A chunk holds the entries one Apply
 // appended to one bucket, under the key (bucket, first offset), so the log
 // costs one pebble key per bucket per batch rather than one per entry, and a
 // bucket's log is read in order by one iterator. The log lives in the same
 // DB as the rows, so one pebble batch commits log and bucket state and one
 // WAL orders them with the stored rows, with no cross-DB recovery protocol.
 // Rows are stored lazily (rows.go): an Apply leaves them dirty in the row
-// cache, Sync (each checkpoint), Scan, Truncate and Close store them, and
-// Open replays the log from RowsAt: the log is the truth.
+// cache, a background storer stores them after each Sync (each checkpoint),
+// Scan, Truncate and Close store them at once, and Open replays the log
+// from the rows offset: the log is the truth.
 //
 // Writes: Table.Apply takes a Batch of upserts and deletes, each in a mode
 // (Aggregate, Overwrite, Retract), naming its target columns once (partial
@@ -36,7 +37,8 @@
 //   - the row cache is changed only by the writer after its commit, so it
 //     is never older than pebble, and it holds every dirty row until it is
 //     stored;
-//   - the stored rows hold every change of a bucket's log below its RowsAt;
+//   - the stored rows hold every change of a bucket's log below its rows
+//     offset, and a row being stored is never evicted before it is;
 //   - writers are serialized; Get and ReadLog never wait for a writer's IO
 //     (Scan waits for the dirty rows to be stored) and each read sees one
 //     consistent snapshot;

@@ -238,6 +238,8 @@ func (t *Table) Truncate(bucket int, below uint64) error {
 	if err := t.checkBucket(bucket); err != nil {
 		return err
 	}
+	t.store.mu.Lock()
+	defer t.store.mu.Unlock()
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if err := t.checkOpen(); err != nil {
@@ -273,8 +275,13 @@ func (t *Table) Truncate(bucket int, below uint64) error {
 	if keep <= start {
 		return nil
 	}
-	if err := t.persistRows(); err != nil { // the rows must not need what goes
-		return err
+	t.mu.RLock()
+	rowsAt := t.mu.rowsAt[bucket]
+	t.mu.RUnlock()
+	if rowsAt < keep { // the stored rows must not need what goes
+		if err := t.storeRows(true); err != nil {
+			return err
+		}
 	}
 	t.mu.RLock()
 	s := t.mu.buckets[bucket]

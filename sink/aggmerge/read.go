@@ -92,12 +92,14 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 // rowIter stores the dirty rows and opens an iterator over the rows before
 // any other write: a snapshot of the rows at one point of the log.
 func (t *Table) rowIter() (*pebble.Iterator, error) {
+	t.store.mu.Lock()
+	defer t.store.mu.Unlock()
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if err := t.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := t.persistRows(); err != nil {
+	if err := t.storeRows(true); err != nil {
 		return nil, err
 	}
 	return t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})

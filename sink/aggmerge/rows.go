@@ -1,103 +1,226 @@
 package aggmerge
 
 import (
+	"errors"
 	"fmt"
-	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
 )
 
 // Rows are stored lazily. An Apply writes only its log chunks (and bucket
-// states) to pebble and leaves the changed rows dirty in the row cache;
-// persistRows stores them later in one batch, at Sync (so at every
-// checkpoint), before a Scan or a log truncation, at Close, and when too
-// many are dirty. Each bucket's RowsAt says up to where the stored rows are
-// complete; Open replays the log from there (recoverRows). The log is the
-// truth, the stored rows a materialisation of it: this halves the pebble
-// writes of an Apply and stores a row once per checkpoint, not once per
-// change.
+// states) to pebble and leaves the changed rows dirty in the row cache. The
+// table's storer goroutine stores them in one batch after each Sync (so
+// after every checkpoint) and whenever half the cache is dirty; it holds
+// writeMu only to take the dirty list, so Applies go on while it writes.
+// Scan, Truncate and Close store them synchronously. Each bucket's rows
+// offset (RowsAtKey) says up to where the stored rows are complete; Open
+// replays the log from there. The log is the truth and the stored rows a
+// materialisation of it: an Apply writes half as much to pebble, and a row
+// is stored once per checkpoint rather than once per change.
+//
+// Replaying from any offset at or below the true rows offset is correct:
+// replay overwrites each key with its after-images in log order, and a key
+// whose last change lies below the start is stored. So a rows offset that is
+// missing (a table that never stored rows) reads as the log start.
 
-// maxDirty is how many dirty rows make an Apply store them: a fraction of
-// the cache, so that eviction always finds clean rows.
+// rowStore is the storer's state.
+type rowStore struct {
+	// mu makes stores one at a time; it is taken before writeMu.
+	mu   sync.Mutex
+	kick chan struct{} // wakes the storer; buffered, never blocks
+	stop chan struct{} // closed by Close, once (halt)
+	done chan struct{} // closed when the storer returns
+	halt sync.Once
+}
+
+// maxDirty is how many dirty rows wake the storer early: a fraction of the
+// cache, so that eviction finds clean rows.
 func (t *Table) maxDirty() int { return max(t.opts.CacheRows/2, 1) }
 
-// persistRows stores every dirty row and advances each bucket's RowsAt to
-// its log end. The caller holds writeMu.
-func (t *Table) persistRows() error {
-	if len(t.dirty) == 0 {
-		return nil
+// kickStorer asks the storer to store the dirty rows.
+func (t *Table) kickStorer() {
+	select {
+	case t.store.kick <- struct{}{}:
+	default:
 	}
-	pb := t.db.NewBatch()
-	defer pb.Close()
-	var key []byte
-	for _, e := range t.dirty {
-		key = append(encoding.RowPrefix(key[:0], e.bucket), e.key...)
-		var err error
-		if e.row == nil {
-			err = pb.Delete(key, nil)
-		} else {
-			err = pb.Set(key, e.row, nil)
+}
+
+// storer stores the dirty rows when kicked, until Close. A failed store is
+// kept (t.mu.storeErr) and fails the next Apply: the rows stay dirty, so
+// nothing is lost, but pebble is failing.
+func (t *Table) storer() {
+	defer close(t.store.done)
+	for {
+		select {
+		case <-t.store.stop:
+			return
+		case <-t.store.kick:
 		}
+		t.store.mu.Lock()
+		err := t.storeRows(false)
+		t.store.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("store rows of %q: %w", t.dir, err)
+			t.mu.Lock()
+			t.mu.storeErr = err
+			t.mu.Unlock()
 		}
 	}
-	t.mu.RLock()
-	states := slices.Clone(t.mu.buckets)
-	t.mu.RUnlock()
-	for i := range states {
-		if states[i].RowsAt == states[i].LogEnd {
-			continue
-		}
-		states[i].RowsAt = states[i].LogEnd
-		if err := pb.Set(encoding.BucketKey(uint32(i)), encoding.AppendBucketState(nil, states[i]), nil); err != nil {
-			return fmt.Errorf("store rows of %q: %w", t.dir, err)
-		}
+}
+
+// storedRow is a dirty row taken for storing.
+type storedRow struct {
+	e   *cachedRow
+	row []byte
+}
+
+// storeRows stores the dirty rows and advances each bucket's rows offset to
+// its log end as of taking them. The caller holds store.mu; when locked, it
+// holds writeMu too, else storeRows takes writeMu only to take the rows.
+func (t *Table) storeRows(locked bool) error {
+	if !locked {
+		t.writeMu.Lock()
 	}
-	if err := pb.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("store rows of %q: %w", t.dir, err)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i := range states {
-		t.mu.buckets[i].RowsAt = states[i].RowsAt
-	}
-	for _, e := range t.dirty {
-		e.dirty = false
-		if e.row == nil {
-			t.mu.cache.del(e.key) // no need to remember an absent row
-		}
+	// Taken rows are pinned: not evicted before they are stored, or a cache
+	// miss would read an older row from pebble.
+	rows := make([]storedRow, len(t.dirty))
+	for i, e := range t.dirty {
+		rows[i] = storedRow{e: e, row: e.row}
+		e.dirty, e.pinned = false, true
 	}
 	clear(t.dirty)
 	t.dirty = t.dirty[:0]
+	t.mu.RLock()
+	ends := make([]uint64, len(t.mu.buckets))
+	for i, s := range t.mu.buckets {
+		ends[i] = s.LogEnd
+	}
+	rowsAt := t.mu.rowsAt
+	t.mu.RUnlock()
+	if !locked {
+		t.writeMu.Unlock()
+	}
+	err := t.writeRows(rows, rowsAt, ends)
+	if err != nil { // dirty again, for the next store
+		if !locked {
+			t.writeMu.Lock()
+		}
+		for _, r := range rows {
+			if !r.e.dirty {
+				r.e.dirty = true
+				t.dirty = append(t.dirty, r.e)
+			}
+		}
+		if !locked {
+			t.writeMu.Unlock()
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range rows {
+		r.e.pinned = false
+	}
+	if err != nil {
+		return fmt.Errorf("store rows of %q: %w", t.dir, err)
+	}
+	t.mu.rowsAt = ends
 	return nil
 }
 
-// recoverRows replays, for every bucket, the log from RowsAt to the end
-// into the stored rows: after a crash, the rows the last Applies left dirty.
-// It runs at Open, before the row cache is filled.
-func (t *Table) recoverRows() error {
+// writeRows writes rows and the rows offsets that moved in one batch.
+func (t *Table) writeRows(rows []storedRow, from, to []uint64) error {
 	pb := t.db.NewBatch()
 	defer pb.Close()
 	var key []byte
-	for i := range t.mu.buckets {
-		s := &t.mu.buckets[i]
-		if s.RowsAt == s.LogEnd {
-			continue
+	for _, r := range rows {
+		key = append(encoding.RowPrefix(key[:0], r.e.bucket), r.e.key...)
+		var err error
+		if r.row == nil {
+			err = pb.Delete(key, nil)
+		} else {
+			err = pb.Set(key, r.row, nil)
 		}
-		b := uint32(i)
-		it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: encoding.LogKey(b, s.RowsAt), UpperBound: encoding.LogKey(b, s.LogEnd)})
 		if err != nil {
 			return err
 		}
-		for ok := it.First(); ok; ok = it.Next() {
-			_, recs, err := encoding.DecodeChunk(it.Value())
+	}
+	for b := range to {
+		if to[b] != from[b] {
+			if err := pb.Set(encoding.RowsAtKey(uint32(b)), encoding.AppendRowsAt(nil, to[b]), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if pb.Empty() {
+		return nil
+	}
+	return pb.Commit(pebble.NoSync)
+}
+
+// loadRows reads the rows offsets and replays, for every bucket, the log
+// from there to its end into the stored rows: after a crash, the rows the
+// last Applies left dirty. It runs at Open, before the row cache is filled.
+func (t *Table) loadRows() error {
+	t.mu.rowsAt = make([]uint64, len(t.mu.buckets))
+	pb := t.db.NewBatch()
+	defer pb.Close()
+	var key []byte
+	for i, s := range t.mu.buckets {
+		b := uint32(i)
+		from := s.LogStart
+		raw, closer, err := t.db.Get(encoding.RowsAtKey(b))
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			from, err = encoding.DecodeRowsAt(raw)
+			_ = closer.Close()
 			if err != nil {
-				_ = it.Close()
+				return fmt.Errorf("bucket %d: %w", i, err)
+			}
+			if from > s.LogEnd {
+				return fmt.Errorf("%w: bucket %d rows offset %d beyond the log end %d", ErrCorrupt, i, from, s.LogEnd)
+			}
+			from = max(from, s.LogStart)
+		}
+		if from < s.LogEnd {
+			if err := t.replay(pb, b, from, s.LogEnd, key); err != nil {
 				return fmt.Errorf("bucket %d log: %w", i, err)
 			}
-			for _, r := range recs {
+		}
+		if err := pb.Set(encoding.RowsAtKey(b), encoding.AppendRowsAt(nil, s.LogEnd), nil); err != nil {
+			return err
+		}
+		t.mu.rowsAt[i] = s.LogEnd
+	}
+	return pb.Commit(pebble.Sync)
+}
+
+// replay adds to pb the row changes of a bucket's log in [from, end): each
+// key set to its after-image, or deleted.
+func (t *Table) replay(pb *pebble.Batch, b uint32, from, end uint64, key []byte) error {
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: encoding.LogKey(b, 0), UpperBound: encoding.LogKey(b, end)})
+	if err != nil {
+		return err
+	}
+	// The chunk holding from starts at or before it.
+	ok := it.SeekLT(encoding.LogKey(b, from+1))
+	if !ok {
+		ok = it.First()
+	}
+	for ; ok; ok = it.Next() {
+		_, off, err := encoding.ParseLogKey(it.Key())
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
+		_, recs, err := encoding.DecodeChunk(it.Value())
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
+		for _, r := range recs {
+			if off >= from {
 				key = append(encoding.RowPrefix(key[:0], b), r.Key...)
 				switch r.Op {
 				case encoding.OpInsert, encoding.OpUpdate:
@@ -106,21 +229,11 @@ func (t *Table) recoverRows() error {
 					err = pb.Delete(key, nil)
 				}
 				if err != nil {
-					_ = it.Close()
-					return err
+					return errors.Join(err, it.Close())
 				}
 			}
-		}
-		if err := it.Close(); err != nil {
-			return err
-		}
-		s.RowsAt = s.LogEnd
-		if err := pb.Set(encoding.BucketKey(b), encoding.AppendBucketState(nil, *s), nil); err != nil {
-			return err
+			off += r.Op.Offsets()
 		}
 	}
-	if pb.Empty() {
-		return nil
-	}
-	return pb.Commit(pebble.Sync)
+	return it.Close()
 }

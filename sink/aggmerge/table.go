@@ -64,8 +64,9 @@ type Table struct {
 	// scratch is the writers' reusable memory, guarded by writeMu.
 	scratch *applyState
 	// dirty lists the cache entries whose rows are not stored yet (see
-	// rows.go), guarded by writeMu.
+	// rows.go), guarded by writeMu; store runs the goroutine storing them.
 	dirty []*cachedRow
+	store rowStore
 
 	// writeMu serializes the writers. It is held across the pebble commit on
 	// purpose: a write reads old rows and must not interleave with another.
@@ -78,6 +79,10 @@ type Table struct {
 		buckets []encoding.BucketState
 		cache   rowCache
 		writers map[string]Registration // by writer id
+		// rowsAt is, per bucket, up to where the stored rows are complete;
+		// storeErr is the last store's failure, which fails Applies.
+		rowsAt   []uint64
+		storeErr error
 		// appended is closed, and replaced, whenever a log grows.
 		appended chan struct{}
 	}
@@ -129,6 +134,8 @@ func Open(dir string, schema Schema, opts Options) (*Table, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open table %q: %w", dir, err)
 	}
+	t.store = rowStore{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go t.storer()
 	return t, nil
 }
 
@@ -186,6 +193,7 @@ func (t *Table) create(schema Schema, funcs []*agg.Func) error {
 	_ = b.Set(encoding.MetaKey(metaSchema), raw, nil)
 	_ = b.Set(encoding.MetaKey(metaID), t.id[:], nil)
 	t.mu.buckets = make([]encoding.BucketState, schema.Buckets)
+	t.mu.rowsAt = make([]uint64, schema.Buckets)
 	for i := range t.mu.buckets {
 		_ = b.Set(encoding.BucketKey(uint32(i)), encoding.AppendBucketState(nil, encoding.BucketState{}), nil)
 	}
@@ -225,7 +233,7 @@ func (t *Table) loadBuckets() error {
 		t.mu.buckets[i] = s
 		rows += s.Rows
 	}
-	if err := t.recoverRows(); err != nil {
+	if err := t.loadRows(); err != nil {
 		return fmt.Errorf("recover rows from the log: %w", err)
 	}
 	complete := rows <= uint64(t.opts.CacheRows)
@@ -254,20 +262,16 @@ func (t *Table) Schema() Schema { return t.schema }
 // Dir returns the table's directory.
 func (t *Table) Dir() string { return t.dir }
 
-// Sync makes every write applied so far durable, and stores the rows they
-// changed.
+// Sync makes every write applied so far durable (its log entries; the rows
+// they changed are stored soon after, in the background).
 func (t *Table) Sync() error {
-	t.writeMu.Lock()
-	defer t.writeMu.Unlock()
 	if err := t.checkOpen(); err != nil {
-		return err
-	}
-	if err := t.persistRows(); err != nil {
 		return err
 	}
 	if err := t.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("sync table %q: %w", t.dir, err)
 	}
+	t.kickStorer()
 	return nil
 }
 
@@ -285,6 +289,12 @@ func (t *Table) checkOpen() error {
 // concurrently with Close (as with pebble); after it they return ErrClosed.
 // Close is idempotent.
 func (t *Table) Close() error {
+	t.store.halt.Do(func() {
+		close(t.store.stop)
+		<-t.store.done
+	})
+	t.store.mu.Lock()
+	defer t.store.mu.Unlock()
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	t.mu.RLock()
@@ -294,7 +304,7 @@ func (t *Table) Close() error {
 		return nil
 	}
 	// Stored rows make the next Open fast; the log would recover them.
-	perr := t.persistRows()
+	perr := t.storeRows(true)
 	t.mu.Lock()
 	t.mu.closed = true
 	close(t.mu.appended) // wakes WaitLog

@@ -35,10 +35,8 @@
 //
 // The scale of a decimal is the column's, so it is not stored.
 //
-// Bucket state (BucketState): version, then uvarints LogStart, LogEnd, Rows,
-// RowsAt.
-//
 // Pebble keys: 'm' + name (metadata), 'b' + bucket (bucket state),
+// 'a' + bucket (rows offset: version, uvarint),
 // 'r' + bucket + Key (rows), 'l' + bucket + first offset (log chunks);
 // bucket is 4 bytes and offsets 8 bytes, big-endian, so a bucket's rows sort
 // together and its log chunks sort by offset.

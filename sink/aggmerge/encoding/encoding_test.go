@@ -114,7 +114,7 @@ func TestChunkRoundTrip(t *testing.T) {
 }
 
 func TestBucketState(t *testing.T) {
-	s := BucketState{LogStart: 3, LogEnd: 1 << 40, Rows: 12, RowsAt: 7}
+	s := BucketState{LogStart: 3, LogEnd: 1 << 40, Rows: 12}
 	got, err := DecodeBucketState(AppendBucketState(nil, s))
 	if err != nil || got != s {
 		t.Errorf("bucket state %+v, %v", got, err)
@@ -122,8 +122,18 @@ func TestBucketState(t *testing.T) {
 	if _, err := DecodeBucketState(AppendBucketState(nil, BucketState{LogStart: 2, LogEnd: 1})); err == nil {
 		t.Error("start beyond end accepted")
 	}
-	if _, err := DecodeBucketState(AppendBucketState(nil, BucketState{LogEnd: 1, RowsAt: 2})); err == nil {
-		t.Error("rows beyond the log end accepted")
+}
+
+func TestRowsAt(t *testing.T) {
+	for _, off := range []uint64{0, 1, 1 << 40} {
+		if got, err := DecodeRowsAt(AppendRowsAt(nil, off)); err != nil || got != off {
+			t.Errorf("rows offset %d: %d, %v", off, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {Version + 1, 0}, {Version}, append(AppendRowsAt(nil, 3), 0)} {
+		if _, err := DecodeRowsAt(bad); err == nil {
+			t.Errorf("rows offset %x accepted", bad)
+		}
 	}
 }
 
@@ -180,7 +190,7 @@ func FuzzDecodeChunk(f *testing.F) {
 }
 
 func FuzzDecodeBucketState(f *testing.F) {
-	f.Add(AppendBucketState(nil, BucketState{LogStart: 1, LogEnd: 2, Rows: 3, RowsAt: 2}))
+	f.Add(AppendBucketState(nil, BucketState{LogStart: 1, LogEnd: 2, Rows: 3}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeBucketState(b)
 		if err == nil && s.LogStart > s.LogEnd {

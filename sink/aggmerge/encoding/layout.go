@@ -11,6 +11,7 @@ const (
 	PrefixBucket byte = 'b'
 	PrefixRow    byte = 'r'
 	PrefixLog    byte = 'l'
+	PrefixRowsAt byte = 'a'
 )
 
 // MetaKey returns the key of a metadata entry.
@@ -19,6 +20,31 @@ func MetaKey(name string) []byte { return append([]byte{PrefixMeta}, name...) }
 // BucketKey returns the key of a bucket's state.
 func BucketKey(bucket uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{PrefixBucket}, bucket)
+}
+
+// RowsAtKey returns the key of a bucket's rows offset: the stored rows hold
+// every change of the bucket's log below it. Its value is a version byte
+// and a uvarint.
+func RowsAtKey(bucket uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{PrefixRowsAt}, bucket)
+}
+
+// AppendRowsAt encodes a rows offset.
+func AppendRowsAt(dst []byte, offset uint64) []byte {
+	return binary.AppendUvarint(append(dst, Version), offset)
+}
+
+// DecodeRowsAt decodes a rows offset.
+func DecodeRowsAt(b []byte) (uint64, error) {
+	d := decoder{b: b}
+	if v := d.byte(); v != Version {
+		return 0, corrupt("rows offset version %d", v)
+	}
+	off := d.uvarint()
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("bad rows offset")
+	}
+	return off, d.err
 }
 
 // RowPrefix returns the prefix of a bucket's row keys.
@@ -44,13 +70,10 @@ func ParseLogKey(k []byte) (bucket uint32, offset uint64, err error) {
 }
 
 // BucketState is what the table keeps per bucket besides rows and log: the
-// log's start and end offsets, the number of rows, and RowsAt: the stored
-// rows hold every change of the log below RowsAt (later changes may be
-// stored too), so rows are recovered by replaying the log from RowsAt.
+// log's start and end offsets and the number of rows.
 type BucketState struct {
 	LogStart, LogEnd uint64
 	Rows             uint64
-	RowsAt           uint64
 }
 
 // AppendBucketState encodes a bucket state.
@@ -58,8 +81,7 @@ func AppendBucketState(dst []byte, s BucketState) []byte {
 	dst = append(dst, Version)
 	dst = binary.AppendUvarint(dst, s.LogStart)
 	dst = binary.AppendUvarint(dst, s.LogEnd)
-	dst = binary.AppendUvarint(dst, s.Rows)
-	return binary.AppendUvarint(dst, s.RowsAt)
+	return binary.AppendUvarint(dst, s.Rows)
 }
 
 // DecodeBucketState decodes a bucket state.
@@ -68,8 +90,8 @@ func DecodeBucketState(b []byte) (BucketState, error) {
 	if v := d.byte(); v != Version {
 		return BucketState{}, corrupt("bucket state version %d", v)
 	}
-	s := BucketState{LogStart: d.uvarint(), LogEnd: d.uvarint(), Rows: d.uvarint(), RowsAt: d.uvarint()}
-	if d.err == nil && (len(d.b) != 0 || s.LogStart > s.LogEnd || s.RowsAt > s.LogEnd) {
+	s := BucketState{LogStart: d.uvarint(), LogEnd: d.uvarint(), Rows: d.uvarint()}
+	if d.err == nil && (len(d.b) != 0 || s.LogStart > s.LogEnd) {
 		d.fail("bad bucket state")
 	}
 	return s, d.err
