@@ -250,7 +250,7 @@ func crashAfterWrites(t *testing.T, tbl *aggmerge.Table, dataDir string, par int
 // and crashes past it; restored at 3 or 1, each new owner undoes its buckets
 // from the baselines parallelism 2 recorded.
 func TestRescaleUndo(t *testing.T) {
-	const count = 20_000
+	const count = 40_000 // the crashed run must have 200 entries' worth of input left
 	for _, to := range []int{3, 1} {
 		t.Run(fmt.Sprintf("2to%d", to), func(t *testing.T) {
 			tbl, dataDir := openTable(t), t.TempDir()
