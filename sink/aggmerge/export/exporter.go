@@ -68,6 +68,9 @@ func (x *Exporter) RetainFrom() []uint64 {
 // Exported returns, per bucket, the log offset below which every entry
 // has been exported (in a committed transaction) or passed over for good:
 // the exporter has caught up with a bucket when it equals its log end.
+// A committed entry may not be visible at once: Kafka acknowledges a commit
+// before it has written the markers that let read_committed consumers see
+// its records.
 func (x *Exporter) Exported() []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
