@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -73,8 +74,23 @@ func (c *committer) commit(ctx context.Context) {
 	if err == nil {
 		err = resp.Error()
 	}
+	if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The job is stopping: the final commit in run takes these offsets.
+		c.putBack(o)
+		return
+	}
 	if err != nil {
 		c.log.warn("kafka source: commit offsets for monitoring failed", "group", c.group, "error", err)
+	}
+}
+
+// putBack returns offsets whose commit was cut short, unless newer ones
+// are pending.
+func (c *committer) putBack(o kadm.Offsets) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.next == nil {
+		c.mu.next = o
 	}
 }
 
