@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -246,9 +247,28 @@ func TestRestoreBucketMissing(t *testing.T) {
 	wantRestoreError(t, err, []error{ErrState}, tbl.Dir(), "buckets [1 3] have no baseline")
 }
 
+// TestRestoreNoState: a checkpoint without the sink's state starts a sink
+// new to the job afresh (it never wrote: nothing to undo), but refuses the
+// restore once the sink's writer has registered with the table, as it may
+// have written past the checkpoint with no baseline to undo from.
 func TestRestoreNoState(t *testing.T) {
 	tbl := openSumTable(t, t.TempDir())
-	_, err := openSink(tbl, 0, 1, [][]byte{})
+	writeKeys(t, tbl, 4, 5)
+	ends := tbl.LogEnds()
+	s, err := openSink(tbl, 0, 1, [][]byte{})
+	if err != nil {
+		t.Fatalf("a sink new to the job: %v", err)
+	}
+	if got := tbl.LogEnds(); !slices.Equal(got, ends) {
+		t.Fatalf("a new sink changed the log: ends %v, were %v", got, ends)
+	}
+	if row, ok, err := tbl.Get([]agg.Value{agg.IntValue(0)}); err != nil || !ok || row.Values[0].Int() != 5 {
+		t.Fatalf("key 0 after a new sink opened: %v %v %v, want 5", row, ok, err)
+	}
+	if _, err := s.Snapshot(8); err != nil {
+		t.Fatalf("the new sink's first checkpoint: %v", err)
+	}
+	_, err = openSink(tbl, 0, 1, [][]byte{})
 	wantRestoreError(t, err, []error{ErrState}, tbl.Dir(), "holds no baseline")
 }
 

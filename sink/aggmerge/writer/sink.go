@@ -162,6 +162,7 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	t := s.table
 	s.prefix = ctx.Job + "/" + ctx.Operator + "#"
 	s.w.ID = s.prefix + strconv.Itoa(ctx.Subtask)
+	wroteBefore := slices.ContainsFunc(t.Writers(), func(r aggmerge.Registration) bool { return r.Writer == s.w.ID })
 	epoch, err := t.Register(ctx.Job, s.w.ID, s.cfg.Columns)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
@@ -185,14 +186,25 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	if !ctx.RestoredOK {
 		return nil // nothing was written before the first checkpoint
 	}
-	base, err := mergeBaselines(ctx.State.Unions[stateList], t.Dir(), t.ID().String(), s.sinkName(), buckets)
+	items := ctx.State.Unions[stateList]
+	if len(items) == 0 && !wroteBefore {
+		// A sink added to the job since the checkpoint: it never wrote, so
+		// there is nothing to undo; its writes start at the log ends.
+		ends := t.LogEnds()
+		for _, b := range s.owned {
+			s.committed[b] = ends[b]
+		}
+		ctx.Logger.Info("sink new since the restored checkpoint: nothing to undo", "table", t.Dir(), "sink", s.sinkName(), "checkpoint", ctx.Restored)
+		return nil
+	}
+	base, err := mergeBaselines(items, t.Dir(), t.ID().String(), s.sinkName(), buckets)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
 	if err := s.recover(base); err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
-	s.window = []map[int]uint64{mergeHolds(ctx.State.Unions[stateList], base)}
+	s.window = []map[int]uint64{mergeHolds(items, base)}
 	for _, b := range s.owned {
 		s.committed[b] = base[b]
 	}

@@ -47,7 +47,7 @@ func Owner(bucket, parallelism int) int { return bucket % parallelism }
 // offsets involved.
 func mergeBaselines(items [][]byte, table, tableID, sink string, buckets int) (map[int]uint64, error) {
 	if len(items) == 0 {
-		return nil, fmt.Errorf("%w: table %s: the checkpoint holds no baseline of sink %s (completeness cannot be proven)", ErrState, table, sink)
+		return nil, fmt.Errorf("%w: table %s: the checkpoint holds no baseline of sink %s, which has written to the table before: what it wrote since cannot be undone (restore a checkpoint taken since the sink was added)", ErrState, table, sink)
 	}
 	base := make(map[int]uint64, buckets)
 	from := make(map[int]int, buckets) // bucket -> old subtask that gave it
