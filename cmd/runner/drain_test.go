@@ -42,6 +42,7 @@ func TestStopDrainsChangelog(t *testing.T) {
 	}
 
 	table := scanJSON(t, dir, "revenue", "region")
+	kafkatest.WaitStable(t, brokers, changelog) // the last commit's markers
 	ctx, cancel := context.WithTimeout(context.Background(), kafkatest.Timeout)
 	defer cancel()
 	topic, err := export.ReadTable(ctx, export.ReaderConfig{Kafka: kafka.Config{Brokers: brokers}, Topic: changelog})

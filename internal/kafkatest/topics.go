@@ -84,3 +84,46 @@ func deleteTopic(t testing.TB, brokers []string, topic string) {
 		t.Logf("kafkatest: delete topic %q: %v", topic, err)
 	}
 }
+
+// WaitStable waits until no partition of topic holds a record whose
+// transaction is undecided, to a read_committed consumer: every last stable
+// offset has reached its high watermark. Kafka acknowledges a commit once
+// its coordinator has logged it, and writes the markers that make the
+// records visible a moment later; until then the partition's last stable
+// offset stays at the transaction's first record, and a read "to the end"
+// (kcat -e, ReadTable, kafkatest.ConsumeAll) stops there.
+func WaitStable(t testing.TB, brokers []string, topic string) {
+	t.Helper()
+	adm := Admin(t, brokers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		// High watermarks first: a last stable offset listed after them
+		// that has reached them covers every record they count.
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hw.Error()
+		}
+		var lso kadm.ListedOffsets
+		if err == nil {
+			lso, err = adm.ListCommittedOffsets(ctx, topic)
+		}
+		if err == nil {
+			err = lso.Error()
+		}
+		var undecided []string
+		hw.Each(func(h kadm.ListedOffset) {
+			if l, ok := lso.Lookup(topic, h.Partition); !ok || l.Offset < h.Offset {
+				undecided = append(undecided, fmt.Sprintf("partition %d: last stable offset %d, high watermark %d", h.Partition, l.Offset, h.Offset))
+			}
+		})
+		if err == nil && len(undecided) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %q: transactions still undecided after 30s: %v (err %v)", topic, undecided, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

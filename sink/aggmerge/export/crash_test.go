@@ -144,7 +144,7 @@ func TestCrashExporterSIGKILL(t *testing.T) {
 
 func checkCrashTopic(t *testing.T, seed int64, brokers []string, topic string, tbl *aggmerge.Table, mode Mode) {
 	t.Helper()
-	waitVisible(t, brokers, topic) // the child's last commit
+	kafkatest.WaitStable(t, brokers, topic) // the child's last commit
 	recs := kafkatest.ConsumeAll(t, brokers, topic)
 	got := exportedOffsets(t, recs, UpsertJSON)
 	rbs := rollbacks(t, tbl)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
@@ -122,7 +121,7 @@ func startExporter(t testing.TB, cfg Config) (x *Exporter, stop func() error) {
 }
 
 // waitExported waits until the exporter has passed every bucket's log end
-// and a read_committed consumer sees all of it (see waitVisible).
+// and a read_committed consumer sees all of it (see kafkatest.WaitStable).
 func waitExported(t testing.TB, x *Exporter, tbl *aggmerge.Table) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -132,50 +131,7 @@ func waitExported(t testing.TB, x *Exporter, tbl *aggmerge.Table) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	waitVisible(t, x.cfg.Kafka.Brokers, x.cfg.Topic)
-}
-
-// waitVisible waits until no partition of topic holds a record whose
-// transaction is undecided, to a read_committed consumer: every last stable
-// offset has reached its high watermark. Kafka acknowledges a commit once
-// its coordinator has logged it, and writes the markers that make the
-// records visible a moment later; until then the partition's last stable
-// offset stays at the transaction's first record, and a read "to the end"
-// (kcat -e, ReadTable, kafkatest.ConsumeAll) stops there.
-func waitVisible(t testing.TB, brokers []string, topic string) {
-	t.Helper()
-	adm := kafkatest.Admin(t, brokers)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		// High watermarks first: a last stable offset listed after them
-		// that has reached them covers every record they count.
-		hw, err := adm.ListEndOffsets(ctx, topic)
-		if err == nil {
-			err = hw.Error()
-		}
-		var lso kadm.ListedOffsets
-		if err == nil {
-			lso, err = adm.ListCommittedOffsets(ctx, topic)
-		}
-		if err == nil {
-			err = lso.Error()
-		}
-		var undecided []string
-		hw.Each(func(h kadm.ListedOffset) {
-			if l, ok := lso.Lookup(topic, h.Partition); !ok || l.Offset < h.Offset {
-				undecided = append(undecided, fmt.Sprintf("partition %d: last stable offset %d, high watermark %d", h.Partition, l.Offset, h.Offset))
-			}
-		})
-		if err == nil && len(undecided) == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("topic %q: transactions still undecided after 30s: %v (err %v)", topic, undecided, err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	kafkatest.WaitStable(t, x.cfg.Kafka.Brokers, x.cfg.Topic)
 }
 
 // tableJSON is the table as the upsert-json format writes it.
