@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
 // jobFile is a datagen job: revenue and counts per region, with a filter
@@ -240,5 +242,52 @@ func checkRegions(t *testing.T, got, want map[string]regionTotal) {
 	t.Helper()
 	if !equalRegions(got, want) {
 		t.Fatalf("table\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestLogRetention: a job's writer truncates the table's log below its
+// oldest retained checkpoint, and a changelog removed from the job (its
+// exporter's hold left in the table) holds the log no more.
+func TestLogRetention(t *testing.T) {
+	const count = 10_000
+	dir := t.TempDir()
+	src := strings.Replace(fmt.Sprintf(jobFile, 2, count, ""), "rate: 0", "rate: 20000", 1)
+	src = strings.Replace(src, "checkpoint: {interval: 50ms}", "checkpoint: {interval: 50ms, retain: 1}", 1)
+	p := load(t, src)
+	e := newEnv(t, dir, p)
+	tab, _ := e.Table("regions")
+	// An exporter of an earlier version of the job held the whole log.
+	if err := tab.Hold(export.DefaultTransactionalID("regions"), map[int]uint64{0: 0, 1: 0, 2: 0, 3: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = newEnv(t, dir, p)
+	defer e.Close()
+	j, err := e.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := j.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tab, _ = e.Table("regions")
+	checkRegions(t, scanRegions(t, tab), oracle(t, p, count))
+	truncated := 0
+	for b := range 4 {
+		start, end, err := tab.LogOffsets(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start > 0 {
+			truncated++
+		}
+		t.Logf("bucket %d: log [%d, %d)", b, start, end)
+	}
+	if truncated == 0 {
+		t.Fatal("no bucket's log was truncated")
 	}
 }

@@ -125,6 +125,10 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	for _, name := range names {
 		cl := changelogs[name]
 		if cl == nil {
+			// A changelog removed from the job must not keep the log.
+			if err := e.tables[name].ReleaseHold(export.DefaultTransactionalID(name)); err != nil {
+				return fmt.Errorf("table %q: release the changelog's log hold: %w", name, err)
+			}
 			continue
 		}
 		conn, err := e.kafkaConfig(cl.spec.Connection)

@@ -73,7 +73,10 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 		for k, c := range t.Columns {
 			cols[k] = c.Name
 		}
-		cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
+		// The log is truncated below what the sink's retained checkpoints and
+		// the changelog exporter (whose hold OpenTables placed) still need.
+		cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
+			UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
 		if err := writer.To(out, s.Name, cfg, mapper(p, t)); err != nil {
 			return nil, fmt.Errorf("job %q sink %q: %w", p.Spec.Job.Name, s.Name, err)
 		}

@@ -56,6 +56,11 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultTransactionalID is the transactional id, and so the log holder
+// (Exporter.Holder), of the exporter of the table named name when Config
+// gives none.
+func DefaultTransactionalID(name string) string { return "ebbflow-export-" + name }
+
 func (c *Config) setDefaults() {
 	if c.Topic == "" {
 		c.Topic = c.Name + "-changelog"
@@ -67,7 +72,7 @@ func (c *Config) setDefaults() {
 		c.Format = UpsertJSON
 	}
 	if c.TransactionalID == "" {
-		c.TransactionalID = "ebbflow-export-" + c.Name
+		c.TransactionalID = DefaultTransactionalID(c.Name)
 	}
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = time.Minute

@@ -78,8 +78,9 @@
 // transactional id) from where a restarted exporter would read: the
 // restart point in the header of each partition's last committed record
 // (entries passed over after it, such as markers, are read again by a
-// restart). It holds every bucket from the log start as soon as Run
-// begins, so Table.TruncateHeld, which the writer calls after its
+// restart). It holds every bucket from the log start as soon as New
+// makes it (before any job runs, so before any truncation), so
+// Table.TruncateHeld, which the writer calls after its
 // checkpoints, never drops an entry the exporter still needs; the hold is
 // kept in the table across restarts. RetainFrom returns it; Exported
 // returns how far the export has got. An exporter removed for good must

@@ -52,6 +52,19 @@ func New(cfg Config) (*Exporter, error) {
 		format: cfg.Format, topic: cfg.Topic, now: cfg.Now}
 	x.mu.retain = make([]uint64, x.buckets)
 	x.mu.done = make([]uint64, x.buckets)
+	// Hold the log from its start at once, before a writer's retention may
+	// truncate it, and while Run finds, from the topic, where it stands.
+	start := map[int]uint64{}
+	for b := range x.buckets {
+		s, _, err := cfg.Table.LogOffsets(b)
+		if err != nil {
+			return nil, err
+		}
+		start[b] = s
+	}
+	if err := cfg.Table.Hold(x.Holder(), start); err != nil {
+		return nil, fmt.Errorf("changelog exporter: hold the log of %q: %w", cfg.Name, err)
+	}
 	return x, nil
 }
 
@@ -87,19 +100,6 @@ func (x *Exporter) Holder() string { return x.cfg.TransactionalID }
 // failed transaction re-initialises the producer and resumes from what the
 // topic holds, with a backoff. Run starts no goroutine that outlives it.
 func (x *Exporter) Run(ctx context.Context) error {
-	// Hold the log from its start at once: nothing may be truncated while
-	// the exporter finds, from the topic, where it stands.
-	start := map[int]uint64{}
-	for b := range x.buckets {
-		s, _, err := x.cfg.Table.LogOffsets(b)
-		if err != nil {
-			return err
-		}
-		start[b] = s
-	}
-	if err := x.cfg.Table.Hold(x.Holder(), start); err != nil {
-		return fmt.Errorf("changelog exporter: hold the log of %q: %w", x.cfg.Name, err)
-	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := x.session(ctx)
