@@ -89,8 +89,8 @@ func (t *table[K, V]) appendDirty(kd *Keyed) error {
 		}
 		return nil
 	}
-	// Most entries are dirty: a pass over the map reads its memory in order,
-	// where a lookup per dirty key jumps around it.
+	// A quarter or more of the entries are dirty: a pass over the map reads
+	// its memory in order, where a lookup per dirty key jumps around it.
 	for k, e := range t.m {
 		if e.gen != t.gen {
 			continue
