@@ -17,10 +17,9 @@ package agg
 // can keep one per key and column in a slice. It is not safe for concurrent
 // use.
 type Accumulator struct {
-	f       *Func
-	started bool
-	v       Value   // the combined partial, while work is nil
-	work    working // the function's in-memory form, once it has one
+	f    *Func
+	v    Value   // the combined partial, while work is nil
+	work working // empty until the first Add; the function's in-memory form once it has one
 }
 
 // working is a partial aggregate kept in a function's in-memory form.
@@ -29,23 +28,28 @@ type working interface {
 	value() (Value, error)
 }
 
+// empty is the work of an accumulator that holds nothing yet.
+type empty struct{}
+
+func (empty) add(Value) error       { panic("agg: add to an empty working form") }
+func (empty) value() (Value, error) { return Value{}, nil }
+
 // NewAccumulator returns an empty accumulator of partials of f. f must be
-// able to pre-aggregate (CanCombine).
-func (f *Func) NewAccumulator() Accumulator { return Accumulator{f: f} }
+// able to pre-aggregate (CanCombine): Add returns Combine's error from the
+// second partial on.
+func (f *Func) NewAccumulator() Accumulator { return Accumulator{f: f, work: empty{}} }
 
 // Add folds partial p (a result of Partial or Value) into the accumulator.
 // On error the accumulator is unchanged.
 func (a *Accumulator) Add(p Value) error {
-	switch {
-	case !a.started:
-		if !a.f.CanCombine() {
-			return errNoCombine(a.f)
+	if a.work != nil {
+		if _, ok := a.work.(empty); ok {
+			a.v, a.work = p, nil
+			return nil
 		}
-		a.v, a.started = p, true
-		return nil
-	case a.work != nil:
 		return a.work.add(p)
-	case a.f.def.work != nil && !a.v.IsNull() && !p.IsNull():
+	}
+	if a.f.def.work != nil && !a.v.IsNull() && !p.IsNull() {
 		// The second non-null input: from now on the sketch stays decoded.
 		w, err := a.f.def.work(a.v)
 		if err != nil {

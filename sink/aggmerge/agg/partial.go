@@ -27,16 +27,12 @@ func (f *Func) Partial(in Value) Value {
 // Combine folds partial b into partial a (a came first).
 func (f *Func) Combine(a, b Value) (Value, error) {
 	if !f.CanCombine() {
-		return Value{}, errNoCombine(f)
+		return Value{}, fmt.Errorf("%w: function %s cannot pre-aggregate", ErrType, f.def.name)
 	}
 	if f.def.name == "count" {
 		return addCounts(a, b)
 	}
 	return f.merge(a, b)
-}
-
-func errNoCombine(f *Func) error {
-	return fmt.Errorf("%w: function %s cannot pre-aggregate", ErrType, f.def.name)
 }
 
 // MergePartial folds a partial aggregate into the stored accumulator.

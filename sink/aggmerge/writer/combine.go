@@ -7,18 +7,21 @@ import (
 
 // combiner pre-aggregates the rows of each key between two flushes, so the
 // table and its changelog grow with distinct keys, not with records. Values
-// are kept as partial aggregates (agg.Func.Partial, Combine) and written in
-// aggmerge.Partial mode. Keys and values live in flat slices reused across
-// flushes; only a key first seen in a flush allocates (its map entry).
+// are kept as partial aggregates, one agg.Accumulator per key and column (a
+// sketch stays decoded until the drain), and written in aggmerge.Partial
+// mode. Keys and accumulators live in flat slices reused across flushes;
+// only a key first seen in a flush allocates (its map entry), and a sketch
+// seen twice for a key (its decoded form).
 type combiner struct {
 	t      *aggmerge.Table
 	funcs  []*agg.Func
 	types  []agg.Type
 	index  map[string]int
-	keys   []byte      // encoded keys, back to back
-	ends   []int       // end of each slot's key in keys
-	vals   []agg.Value // len(funcs) per slot
+	keys   []byte            // encoded keys, back to back
+	ends   []int             // end of each slot's key in keys
+	accs   []agg.Accumulator // len(funcs) per slot
 	keyBuf []byte
+	out    []agg.Value // one slot's values, at drain
 }
 
 func newCombiner(t *aggmerge.Table, cols []int) *combiner {
@@ -48,20 +51,18 @@ func (c *combiner) add(key, vals []agg.Value) error {
 		c.index[string(c.keyBuf)] = slot
 		c.keys = append(c.keys, c.keyBuf...)
 		c.ends = append(c.ends, len(c.keys))
+		for _, f := range c.funcs {
+			c.accs = append(c.accs, f.NewAccumulator())
+		}
 	}
+	accs := c.accs[slot*len(c.funcs) : (slot+1)*len(c.funcs)]
 	for j, v := range vals {
 		in, err := agg.Conform(c.types[j], v)
 		if err != nil {
 			return err
 		}
-		p := c.funcs[j].Partial(in)
-		if ok {
-			if p, err = c.funcs[j].Combine(c.vals[slot*len(c.funcs)+j], p); err != nil {
-				return err
-			}
-			c.vals[slot*len(c.funcs)+j] = p
-		} else {
-			c.vals = append(c.vals, p)
+		if err := accs[j].Add(c.funcs[j].Partial(in)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -72,13 +73,23 @@ func (c *combiner) add(key, vals []agg.Value) error {
 func (c *combiner) drain(b *aggmerge.Batch) error {
 	w, start := len(c.funcs), 0
 	for slot, end := range c.ends {
-		if err := b.UpsertEncoded(aggmerge.Partial, c.keys[start:end], c.vals[slot*w:(slot+1)*w]); err != nil {
+		c.out = c.out[:0]
+		accs := c.accs[slot*w : (slot+1)*w]
+		for i := range accs {
+			v, err := accs[i].Value()
+			if err != nil {
+				return err
+			}
+			c.out = append(c.out, v)
+		}
+		if err := b.UpsertEncoded(aggmerge.Partial, c.keys[start:end], c.out); err != nil {
 			return err
 		}
 		start = end
 	}
 	clear(c.index)
-	clear(c.vals) // drop references held by values
-	c.keys, c.ends, c.vals = c.keys[:0], c.ends[:0], c.vals[:0]
+	clear(c.accs) // drop references held by values and sketches
+	clear(c.out)
+	c.keys, c.ends, c.accs = c.keys[:0], c.ends[:0], c.accs[:0]
 	return nil
 }
