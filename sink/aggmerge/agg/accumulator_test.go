@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
 )
 
 // TestAccumulatorLargeSketches adds thousands of one-item and some
@@ -131,6 +134,46 @@ func TestAccumulatorNoAllocs(t *testing.T) {
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %.1f allocations per accumulator of 10 inputs, want 0", name, allocs)
+		}
+	}
+}
+
+// TestOneIDSketches: a one-id bitmap is written and read without roaring,
+// byte for byte as roaring writes it.
+func TestOneIDSketches(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 3))
+	for i := range 2000 {
+		id := r.Uint64() >> r.IntN(64)
+		if i < 4 {
+			id = []uint64{0, 1<<16 - 1, 1 << 16, 1<<64 - 1}[i]
+		}
+		want, err := rbm64.encode(roaring64.BitmapOf(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Bitmap64Value(id); got.Str() != string(want) {
+			t.Fatalf("Bitmap64Value(%d) = %x, roaring writes %x", id, got.Str(), want)
+		}
+		if got, ok := oneID64(string(want)); !ok || got != id {
+			t.Fatalf("oneID64 of {%d} = %d, %v", id, got, ok)
+		}
+		want, err = rbm32.encode(roaring.BitmapOf(uint32(id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Bitmap32Value(uint32(id)); got.Str() != string(want) {
+			t.Fatalf("Bitmap32Value(%d) = %x, roaring writes %x", uint32(id), got.Str(), want)
+		}
+		if got, ok := oneID32(string(want)); !ok || got != uint32(id) {
+			t.Fatalf("oneID32 of {%d} = %d, %v", uint32(id), got, ok)
+		}
+	}
+	for _, v := range []Value{Bitmap32Value(), Bitmap32Value(1, 2), Bitmap64Value(1, 2), Bitmap64Value(1, 1<<40)} {
+		if _, ok := oneID32(v.Str()); ok {
+			t.Errorf("oneID32 reads one id in %x", v.Str())
+		}
+		if _, ok := oneID64(v.Str()); ok {
+			t.Errorf("oneID64 reads one id in %x", v.Str())
 		}
 	}
 }

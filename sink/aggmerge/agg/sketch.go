@@ -1,6 +1,7 @@
 package agg
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -183,6 +184,17 @@ func oneID64(b string) (uint64, bool) {
 	return uint64(le32(b[8:]))<<32 | uint64(lo), ok
 }
 
+// appendOneID32 appends the serialization of the one-id bitmap {id}, byte
+// for byte as roaring writes it (the format oneID32 reads).
+func appendOneID32(b []byte, id uint32) []byte {
+	b = binary.LittleEndian.AppendUint32(b, 12346)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint16(b, uint16(id>>16))
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, 16)
+	return binary.LittleEndian.AppendUint16(b, uint16(id))
+}
+
 func le16(b string) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
 func le32(b string) uint32 { return uint32(le16(b)) | uint32(le16(b[2:]))<<16 }
 
@@ -231,6 +243,10 @@ func buildHLL(Type, map[string]string) (mergeFn, mergeFn, error)   { return hll.
 // Bitmap32Value returns a serialized 32-bit roaring bitmap of ids, the input
 // of an rbm32 column.
 func Bitmap32Value(ids ...uint32) Value {
+	if len(ids) == 1 { // the common input, without building a bitmap
+		var buf [18]byte
+		return BytesValue(appendOneID32(buf[:0], ids[0]))
+	}
 	b, err := rbm32.encode(roaring.BitmapOf(ids...))
 	if err != nil {
 		panic(fmt.Sprintf("agg: serialize rbm32: %v", err)) // writes to memory cannot fail
@@ -241,6 +257,12 @@ func Bitmap32Value(ids ...uint32) Value {
 // Bitmap64Value returns a serialized 64-bit roaring bitmap of ids, the input
 // of an rbm64 column.
 func Bitmap64Value(ids ...uint64) Value {
+	if len(ids) == 1 {
+		var buf [30]byte
+		b := binary.LittleEndian.AppendUint64(buf[:0], 1)
+		b = binary.LittleEndian.AppendUint32(b, uint32(ids[0]>>32))
+		return BytesValue(appendOneID32(b, uint32(ids[0])))
+	}
 	b, err := rbm64.encode(roaring64.BitmapOf(ids...))
 	if err != nil {
 		panic(fmt.Sprintf("agg: serialize rbm64: %v", err))
