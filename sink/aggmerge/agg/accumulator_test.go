@@ -8,6 +8,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"github.com/axiomhq/hyperloglog"
 )
 
 // TestAccumulatorLargeSketches adds thousands of one-item and some
@@ -139,7 +140,8 @@ func TestAccumulatorNoAllocs(t *testing.T) {
 }
 
 // TestOneIDSketches: a one-id bitmap is written and read without roaring,
-// byte for byte as roaring writes it.
+// byte for byte as roaring writes it; the item of a one-item hll is read
+// back as a hash that encodes to the same sketch.
 func TestOneIDSketches(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 3))
 	for i := range 2000 {
@@ -167,6 +169,21 @@ func TestOneIDSketches(t *testing.T) {
 		if got, ok := oneID32(string(want)); !ok || got != uint32(id) {
 			t.Fatalf("oneID32 of {%d} = %d, %v", uint32(id), got, ok)
 		}
+	}
+	for i := range 20_000 { // enough items to draw keys of both kinds
+		v := HLLValue(fmt.Append(nil, i))
+		x, ok := oneHLLHash(v.Str())
+		if !ok {
+			t.Fatalf("oneHLLHash refuses the sketch of item %d: %x", i, v.Str())
+		}
+		sk := hyperloglog.New14()
+		sk.InsertHash(x)
+		if b, err := encodeHLL(sk); err != nil || string(b) != v.Str() {
+			t.Fatalf("item %d: the hash read back gives %x, %v, want %x", i, b, err, v.Str())
+		}
+	}
+	if _, ok := oneHLLHash(HLLValue([]byte("a"), []byte("b")).Str()); ok {
+		t.Error("oneHLLHash reads one item in a sketch of two")
 	}
 	for _, v := range []Value{Bitmap32Value(), Bitmap32Value(1, 2), Bitmap64Value(1, 2), Bitmap64Value(1, 1<<40)} {
 		if _, ok := oneID32(v.Str()); ok {

@@ -195,6 +195,10 @@ func appendOneID32(b []byte, id uint32) []byte {
 	return binary.LittleEndian.AppendUint16(b, uint16(id))
 }
 
+func be32(b string) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
 func le16(b string) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
 func le32(b string) uint32 { return uint32(le16(b)) | uint32(le16(b[2:]))<<16 }
 
@@ -216,6 +220,47 @@ var hll = sketch[*hyperloglog.Sketch]{
 	}),
 	union:  func(a, b *hyperloglog.Sketch) error { return a.Merge(b) },
 	encode: encodeHLL,
+	addOne: func(sk *hyperloglog.Sketch, b string) bool {
+		x, ok := oneHLLHash(b)
+		if ok {
+			sk.InsertHash(x)
+		}
+		return ok
+	},
+}
+
+// oneHLLHash returns a hash that a sketch stores as the one item of b, when b
+// is a sparse precision-14 sketch of one item as HLLValue writes it:
+// version 2, an empty temporary set, and a sparse list of one key k (count,
+// last = k, size, k as a uvarint). The library keeps the top 25 bits of a
+// hash as k>>1 (k even), or, when their low 11 bits are zero, the top 25
+// bits as k>>7 and the run of zeros after them as k>>1&63 (k odd); the hash
+// built back here encodes to the same k. Anything else is refused.
+func oneHLLHash(b string) (uint64, bool) {
+	if len(b) < 21 || b[:8] != "\x02\x0e\x00\x01\x00\x00\x00\x00" || be32(b[8:]) != 1 || int(be32(b[16:])) != len(b)-20 {
+		return 0, false
+	}
+	k := be32(b[12:])
+	if v, n := binary.Uvarint([]byte(b[20:])); v != uint64(k) || n != len(b)-20 {
+		return 0, false
+	}
+	const lowBits = 25 - hllPrecision // 11
+	if k&1 == 0 {
+		idx := uint64(k >> 1)
+		if k>>26 != 0 || idx&(1<<lowBits-1) == 0 {
+			return 0, false
+		}
+		return idx << 39, true
+	}
+	idx, zeros := uint64(k>>7), k>>1&63
+	if idx&(1<<lowBits-1) != 0 || zeros < 1 || zeros > 40 {
+		return 0, false
+	}
+	var rest uint64 // the bits below the top 25, with zeros-1 leading zeros
+	if zeros < 40 {
+		rest = 1 << (39 - zeros)
+	}
+	return idx<<39 | rest, true
 }
 
 // encodeHLL serializes a sketch canonically, so that equal sketches are
