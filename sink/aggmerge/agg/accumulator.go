@@ -14,8 +14,8 @@ package agg
 // the same sketch; Value's bytes are canonical).
 //
 // An Accumulator is a value: NewAccumulator does not allocate, so a writer
-// can keep one per key and column in a slice. It is not safe for concurrent
-// use.
+// can keep one per key and column in a slice. Make one with NewAccumulator
+// (the zero Accumulator has no function). It is not safe for concurrent use.
 type Accumulator struct {
 	f    *Func
 	v    Value   // the combined partial, while work is nil
