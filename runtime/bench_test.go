@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/internal/cputime"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
@@ -29,11 +29,11 @@ func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build f
 	build(j, operators.NewDiscard[operators.Event](&got))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := processCPU(b)
+	cpu := cputime.Process()
 	if err := j.Run(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	cpu = processCPU(b) - cpu
+	cpu = cputime.Process() - cpu
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/record")
@@ -62,18 +62,6 @@ func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build f
 		b.ReportMetric(align, "align-ms")
 		b.ReportMetric(sync, "sync-ms")
 	}
-}
-
-// processCPU returns the user and system CPU time the process has used, on
-// all threads. Unlike wall-clock throughput it hardly depends on what else
-// the machine runs, so the CPU per record is the steadier measure of what
-// checkpoints cost.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func intervals() []time.Duration { return []time.Duration{0, time.Second} }

@@ -3,11 +3,11 @@ package statetest
 import (
 	"fmt"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/cputime"
 	"github.com/ebbflow/ebbflow/state"
 )
 
@@ -165,9 +165,9 @@ func benchCheckpointAllDirty(b *testing.B, f state.BackendFactory) {
 			}
 		}
 		b.StartTimer()
-		start := processCPU(b)
+		start := cputime.Process()
 		benchCheckpoint(b, h, s, barrier.CheckpointID(i))
-		cpu += processCPU(b) - start
+		cpu += cputime.Process() - start
 		if i >= 2 {
 			// Keep the disk use flat, as the runtime's retention does.
 			if err := os.RemoveAll(h.st.Path(barrier.CheckpointID(i - 2))); err != nil {
@@ -177,16 +177,6 @@ func benchCheckpointAllDirty(b *testing.B, f state.BackendFactory) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchKeys), "ns/key")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*benchKeys), "cpu-ns/key")
-}
-
-// processCPU returns the user and system CPU time of the process, all
-// threads (pebble's background flushes and compactions included).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func benchRestore(b *testing.B, f state.BackendFactory) {
