@@ -57,6 +57,7 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	storeErr := t.mu.storeErr
 	t.mu.RUnlock()
 	if storeErr != nil {
+		t.kickStorer()
 		return Result{}, storeErr
 	}
 	st := t.applyState()

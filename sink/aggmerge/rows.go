@@ -48,8 +48,9 @@ func (t *Table) kickStorer() {
 }
 
 // storer stores the dirty rows when kicked, until Close. A failed store is
-// kept (t.mu.storeErr) and fails the next Apply: the rows stay dirty, so
-// nothing is lost, but pebble is failing.
+// kept (t.mu.storeErr) and fails Applies until a store succeeds: the rows
+// stay dirty, so nothing is lost, but pebble is failing. A failing Apply
+// kicks the storer to try again.
 func (t *Table) storer() {
 	defer close(t.store.done)
 	for {
@@ -61,11 +62,9 @@ func (t *Table) storer() {
 		t.store.mu.Lock()
 		err := t.storeRows(false)
 		t.store.mu.Unlock()
-		if err != nil {
-			t.mu.Lock()
-			t.mu.storeErr = err
-			t.mu.Unlock()
-		}
+		t.mu.Lock()
+		t.mu.storeErr = err
+		t.mu.Unlock()
 	}
 }
 

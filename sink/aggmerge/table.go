@@ -80,7 +80,8 @@ type Table struct {
 		cache   rowCache
 		writers map[string]Registration // by writer id
 		// rowsAt is, per bucket, up to where the stored rows are complete;
-		// storeErr is the last store's failure, which fails Applies.
+		// storeErr is the last background store's failure, which fails
+		// Applies until a store succeeds.
 		rowsAt   []uint64
 		storeErr error
 		// appended is closed, and replaced, whenever a log grows.
