@@ -167,6 +167,8 @@ func (j *Job) Options() Options { return j.opts }
 
 // Stop asks a running job to stop with a final checkpoint: sources stop
 // reading, the final checkpoint completes (sinks commit), and Run returns
-// nil. Cancelling Run's context instead stops at once, leaving the state at
-// the last completed checkpoint.
+// nil. A failure on the way restarts the job like any failure (within the
+// restart options), and the restored job stops again with a final
+// checkpoint. Cancelling Run's context instead stops at once, leaving the
+// state at the last completed checkpoint.
 func (j *Job) Stop() { signal(j.stopReq) }

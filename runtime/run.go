@@ -91,8 +91,13 @@ func (j *Job) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, ErrRestore) || errors.Is(err, ErrPermanent) || att.stopping.Load() {
+		if errors.Is(err, ErrRestore) || errors.Is(err, ErrPermanent) {
 			return fmt.Errorf("job %q: %w", j.opts.Name, err)
+		}
+		if att.stopping.Load() {
+			// A stop whose final checkpoint failed: the next attempt restores
+			// the latest checkpoint and stops with a final one again.
+			signal(j.stopReq)
 		}
 		if att.progressed.Load() {
 			failures, backoff = 0, j.opts.Restart.InitialBackoff
