@@ -132,6 +132,9 @@ func newChain(t *testing.T) *chain {
 	// user_totals, so that B finds it from its first start and the test
 	// deletes it at the end.
 	changelog := kafkatest.NewTopic(t, brokers, 4)
+	// The seed picks the changelog's format: both must chain exactly.
+	format := []string{"upsert-json", "debezium-json"}[seed&1]
+	t.Logf("seed %d: changelog format %s", seed, format)
 	common := []string{"--http-address", "127.0.0.1:0", "--summary", "0"}
 	list := "[" + strings.Join(brokers, ",") + "]"
 	ch.a = &jobProc{name: "A", dir: t.TempDir(), table: "user_totals", key: "user", env: []string{syncWritesEnv + "=1"},
@@ -140,11 +143,13 @@ func newChain(t *testing.T) *chain {
 				list, ch.topic),
 			"--set", "sink.table.changelog.brokers=" + list,
 			"--set", "sink.table.changelog.topic=" + changelog,
+			"--set", "sink.table.changelog.format=" + format,
 			"--set", "checkpoint.interval=200ms"})}
 	ch.b = &jobProc{name: "B", dir: t.TempDir(), table: "region_stats", key: "region", env: []string{syncWritesEnv + "=1"},
 		args: slices.Concat([]string{"run", "-f", "../../examples/chained/b.yaml"}, common, []string{
 			"--set", "source.kafka.brokers=" + list,
 			"--set", "source.kafka.topics=[" + changelog + "]",
+			"--set", "source.kafka.format=" + format,
 			"--set", "checkpoint.interval=500ms"})}
 	return ch
 }
