@@ -21,7 +21,8 @@ type rowCache struct {
 // generation gen has left it so far; it is only read by that Apply. dirty
 // says row is not stored yet (the table's dirty list holds the entry);
 // pinned that a store is writing it, so it must not be evicted yet. An
-// entry of an absent row stays until evicted.
+// entry of an absent row stays until it is stored (in a complete cache) or
+// evicted.
 type cachedRow struct {
 	key     string
 	bucket  uint32

@@ -76,7 +76,8 @@ type storedRow struct {
 
 // storeRows stores the dirty rows and advances each bucket's rows offset to
 // its log end as of taking them. The caller holds store.mu; when locked, it
-// holds writeMu too, else storeRows takes writeMu only to take the rows.
+// holds writeMu too, else storeRows takes writeMu to take the rows and to
+// settle them once written, not while it writes.
 func (t *Table) storeRows(locked bool) error {
 	if !locked {
 		t.writeMu.Lock()
@@ -101,24 +102,21 @@ func (t *Table) storeRows(locked bool) error {
 		t.writeMu.Unlock()
 	}
 	err := t.writeRows(rows, rowsAt, ends)
-	if err != nil { // dirty again, for the next store
-		if !locked {
-			t.writeMu.Lock()
-		}
-		for _, r := range rows {
-			if !r.e.dirty {
-				r.e.dirty = true
-				t.dirty = append(t.dirty, r.e)
-			}
-		}
-		if !locked {
-			t.writeMu.Unlock()
-		}
+	if !locked {
+		t.writeMu.Lock()
+		defer t.writeMu.Unlock()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range rows {
 		r.e.pinned = false
+		switch {
+		case err != nil && !r.e.dirty: // dirty again, for the next store
+			r.e.dirty = true
+			t.dirty = append(t.dirty, r.e)
+		case err == nil && !r.e.dirty && r.e.row == nil && t.mu.cache.complete:
+			delete(t.mu.cache.rows, r.e.key) // a complete cache needs no entry for an absent row
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("store rows of %q: %w", t.dir, err)

@@ -74,3 +74,51 @@ func checkModel(t *testing.T, tbl *Table, model map[int64][3]int64) {
 		t.Fatalf("scan: %d rows, %v; model %d", n, err, len(model))
 	}
 }
+
+// TestAbsentRowsLeaveTheCache: once stored, the entry of a deleted row
+// leaves a complete cache (a miss there means absent), so a table whose
+// keys come and go does not grow its cache without bound.
+func TestAbsentRowsLeaveTheCache(t *testing.T) {
+	tbl, err := Open(t.TempDir(), crashSchema(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	write := func(del bool) {
+		b, err := tbl.NewBatch(Writer{ID: "w"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 100 {
+			key := []agg.Value{agg.IntValue(int64(k))}
+			if del && k%2 == 0 {
+				err = b.Delete(Aggregate, key, nil)
+			} else if !del {
+				err = b.Upsert(Aggregate, key, []agg.Value{agg.IntValue(1), agg.IntValue(1), agg.IntValue(1)})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tbl.Apply(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(false)
+	write(true)
+	if err := tbl.Scan(func(Row) error { return nil }); err != nil { // stores the rows
+		t.Fatal(err)
+	}
+	tbl.mu.RLock()
+	cached, complete := len(tbl.mu.cache.rows), tbl.mu.cache.complete
+	tbl.mu.RUnlock()
+	if !complete || cached != 50 {
+		t.Fatalf("cache of %d entries (complete %v) after deleting 50 of 100 rows, want the 50 rows", cached, complete)
+	}
+	for k := range 100 {
+		_, ok, err := tbl.Get([]agg.Value{agg.IntValue(int64(k))})
+		if err != nil || ok != (k%2 == 1) {
+			t.Fatalf("key %d: found %v, %v", k, ok, err)
+		}
+	}
+}
