@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,36 @@ func TestIncompatibleTable(t *testing.T) {
 	c := start(t, nil, append(args, "--set", "sink.table.columns.extra={agg: count}")...)
 	if code := c.exitCode(t, 60*time.Second); code != exitRestore {
 		t.Fatalf("exit %d, want %d; log:\n%s", code, exitRestore, c.stderr.String())
+	}
+}
+
+// TestForgetRenamedJob: a job renamed in its file still finds its old name
+// registered with the table, claiming the same columns; the runner warns
+// of it and refuses the conflict, and `table forget` releases the old job
+// so the renamed one runs.
+func TestForgetRenamedJob(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"run", "-f", "../../examples/latency/job.yaml", "--data-dir", dir, "--http-address", "off",
+		"--set", "source.datagen.count=500", "--set", "source.datagen.rate=0"}
+	if c := start(t, nil, args...); c.exitCode(t, 60*time.Second) != 0 {
+		t.Fatalf("bounded job: log:\n%s", c.stderr.String())
+	}
+	renamed := append(slices.Clone(args), "--set", "job.name=latency2")
+	c := start(t, nil, renamed...)
+	if code := c.exitCode(t, 60*time.Second); code == 0 {
+		t.Fatalf("the renamed job wrote the old job's columns; log:\n%s", c.stderr.String())
+	}
+	if log := c.stderr.String(); !strings.Contains(log, "runner table forget --table endpoint_latency --job latency") {
+		t.Fatalf("no warning names the old job and the command; log:\n%s", log)
+	}
+	out, code := runCLI(t, nil, "table", "forget", "--data-dir", dir, "--table", "endpoint_latency", "--job", "latency")
+	if code != 0 || !strings.Contains(out, `job "latency" released from table "endpoint_latency"`) {
+		t.Fatalf("forget: exit %d: %s", code, out)
+	}
+	if _, code := runCLI(t, nil, "table", "forget", "--data-dir", dir, "--table", "endpoint_latency", "--job", "latency"); code != exitUsage {
+		t.Fatalf("forgetting twice: exit %d, want %d", code, exitUsage)
+	}
+	if c := start(t, nil, renamed...); c.exitCode(t, 60*time.Second) != 0 {
+		t.Fatalf("the renamed job after forget: log:\n%s", c.stderr.String())
 	}
 }

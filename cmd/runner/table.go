@@ -48,7 +48,54 @@ func newTableCmd() *cobra.Command {
 		c.Args = noArgs
 		cmd.AddCommand(c)
 	}
+	cmd.AddCommand(newForgetCmd())
 	return cmd
+}
+
+// newForgetCmd releases what a job removed from the files still holds in a
+// table: its writers' registrations (their columns) and their log holds.
+func newForgetCmd() *cobra.Command {
+	var dataDir, table, job string
+	c := &cobra.Command{Use: "forget", Short: "Release a removed job's registration and log hold in a table (runner stopped)",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := aggmerge.Open(build.TableDir(dataDir, table), aggmerge.Schema{}, aggmerge.Options{})
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			n, err := forgetJob(t, job)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return usageErr("table %q has no writer of job %q", table, job)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %q released from table %q (%d writer registrations and their log hold)\n", job, table, n)
+			return nil
+		}}
+	fl := c.Flags()
+	fl.StringVar(&dataDir, "data-dir", "./data", "the runner's data directory")
+	fl.StringVar(&table, "table", "", "table name")
+	fl.StringVar(&job, "job", "", "the job whose writers to release")
+	_ = c.MarkFlagRequired("table")
+	_ = c.MarkFlagRequired("job")
+	return c
+}
+
+// forgetJob unregisters every writer of job and releases its log hold.
+func forgetJob(t *aggmerge.Table, job string) (int, error) {
+	n := 0
+	for _, r := range t.Writers() {
+		if r.Job != job {
+			continue
+		}
+		if err := errors.Join(t.Unregister(r.Writer), t.ReleaseHold(aggmerge.HolderOf(r.Writer))); err != nil {
+			return n, fmt.Errorf("forget writer %q: %w", r.Writer, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // tableRead prints the rows: through the HTTP API of the runner that uses

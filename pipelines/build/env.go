@@ -89,10 +89,15 @@ func TableDir(dataDir, name string) string { return filepath.Join(dataDir, "tabl
 func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	schemas := map[string]*aggmerge.Schema{}
 	changelogs := map[string]*changelogSpec{}
+	writers := map[string]map[string]bool{} // table -> jobs writing it
 	var names []string
 	for _, p := range ps {
 		for _, t := range p.Tables {
 			name := t.Spec.Name
+			if writers[name] == nil {
+				writers[name] = map[string]bool{}
+			}
+			writers[name][p.Spec.Job.Name] = true
 			s := schemas[name]
 			if s == nil {
 				s = &aggmerge.Schema{Buckets: t.Spec.Buckets, Delete: aggmerge.DeleteBehavior(t.Spec.OnDelete)}
@@ -121,6 +126,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		e.tables[name] = t
 		e.order = append(e.order, name)
 		e.registerTable(name, t)
+		e.warnStaleWriters(name, t, writers[name])
 	}
 	for _, name := range names {
 		cl := changelogs[name]
@@ -145,6 +151,24 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "format", cl.spec.Format, "mode", cl.spec.Mode)
 	}
 	return nil
+}
+
+// warnStaleWriters warns of writers registered with the table by jobs that
+// are not in the files (removed or renamed): their registration still claims
+// their columns and their hold keeps the table's log. They are not released
+// here, as the job may only be run from other files; `runner table forget`
+// releases them.
+func (e *Env) warnStaleWriters(name string, t *aggmerge.Table, live map[string]bool) {
+	warned := map[string]bool{}
+	for _, r := range t.Writers() {
+		if live[r.Job] || warned[r.Job] {
+			continue
+		}
+		warned[r.Job] = true
+		e.log.Warn("a job not in the job files is registered with the table: it claims its columns and holds the table's log",
+			"table", name, "job", r.Job, "columns", r.Columns,
+			"release", fmt.Sprintf("runner table forget --table %s --job %s", name, r.Job))
+	}
 }
 
 // changelogExport is a table's exporter.
