@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 	"github.com/ebbflow/ebbflow/state"
@@ -165,20 +167,12 @@ func newChangelogCmd() *cobra.Command {
 				return usageErr("--from %q: want start or end", from)
 			}
 			if len(brokers) == 0 {
-				addr := liveRunner(dataDir)
-				if addr == "" {
-					return usageErr("no --brokers, and no running runner on --data-dir %s to ask for its embedded broker", dataDir)
-				}
-				var k struct {
-					Embedded []string `json:"embedded_brokers"`
-				}
-				if err := getJSON("http://"+addr+"/api/v1/kafka", &k); err != nil {
+				found, closeBroker, err := embeddedBrokers(dataDir)
+				if err != nil {
 					return err
 				}
-				if len(k.Embedded) == 0 {
-					return usageErr("the runner at %s has no embedded broker: pass --brokers", addr)
-				}
-				brokers = k.Embedded
+				defer closeBroker()
+				brokers = found
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -194,6 +188,39 @@ func newChangelogCmd() *cobra.Command {
 	tail.Args = noArgs
 	cmd.AddCommand(tail)
 	return cmd
+}
+
+// embeddedBrokers finds the embedded broker of the runner using dataDir:
+// asked of the runner while it runs; else, once it stopped, started here on
+// the topics it saved in the data directory (holding the directory's lock,
+// so that no runner starts meanwhile), and closed by the returned func.
+func embeddedBrokers(dataDir string) ([]string, func(), error) {
+	if addr := liveRunner(dataDir); addr != "" {
+		var k struct {
+			Embedded []string `json:"embedded_brokers"`
+		}
+		if err := getJSON("http://"+addr+"/api/v1/kafka", &k); err != nil {
+			return nil, nil, err
+		}
+		if len(k.Embedded) == 0 {
+			return nil, nil, usageErr("the runner at %s has no embedded broker: pass --brokers", addr)
+		}
+		return k.Embedded, func() {}, nil
+	}
+	dir := filepath.Join(dataDir, "kafka")
+	if _, err := os.Stat(dir); err != nil {
+		return nil, nil, usageErr("no --brokers, no running runner on --data-dir %s, and no embedded broker's topics in %s", dataDir, dir)
+	}
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := embedded.Start(embedded.Options{DataDir: dir})
+	if err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("start the embedded broker on %s: %w", dir, err)
+	}
+	return b.Addrs(), func() { b.Close(); unlock() }, nil
 }
 
 // tailChangelog prints records of topic: key, value, partition, offset and

@@ -48,6 +48,11 @@ func TestQuickstart(t *testing.T) {
 		}
 	}
 	stopGracefully(t, c)
+	// Stopped, the runner's embedded broker is started on its saved topics.
+	if out, code := runCLI(t, nil, "changelog", "tail", "--data-dir", dir, "--topic", "revenue-changelog", "-n", "3"); code != 0 ||
+		strings.Count(out, `"table":"revenue"`) != 3 {
+		t.Fatalf("changelog tail of the stopped runner: exit %d: %q", code, out)
+	}
 	got := scanJSON(t, dir, "revenue", "region")
 	if len(got) != len(want) {
 		t.Fatalf("regions %v, want %v", got, want)
