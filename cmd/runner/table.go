@@ -26,7 +26,7 @@ type tableFlags struct {
 }
 
 func newTableCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "table", Short: "Read a table: from a stopped runner's data directory, or through a running one"}
+	cmd := &cobra.Command{Use: "table", Short: "Read a table (from a stopped runner's data directory, or through a running one), or release a removed job's hold on it"}
 	var f tableFlags
 	scan := &cobra.Command{Use: "scan", Short: "Print every row (or the row of --key)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return tableRead(cmd.OutOrStdout(), &f) }}
