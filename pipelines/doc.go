@@ -29,7 +29,7 @@
 //     changelog);
 //   - a Row holds one slot per field ever defined (Pipeline.Width), and,
 //     when a source reads a changelog (format upsert-json or
-//     debezium-json), the row's RowKind in Pipeline.KindSlot, which every
+//     debezium-json), the row's runtime.RowKind in Pipeline.KindSlot, which every
 //     step carries along and the table columns then retract on; a step
 //     never moves a value, so a Program reads fixed slots; a value's Go type
 //     matches its field's type (see Row);

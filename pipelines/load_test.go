@@ -318,12 +318,12 @@ func TestChangelogKindSlot(t *testing.T) {
 	if p.KindSlot != 4 || p.Width != 6 || p.Steps[1].Assigns[0].Field.Slot != 5 {
 		t.Fatalf("kind slot %d, width %d, cents in slot %d; want 4, 6, 5", p.KindSlot, p.Width, p.Steps[1].Assigns[0].Field.Slot)
 	}
-	r := Row{"ada", "eu", int64(7), int64(2), RowUpdateBefore, nil}
-	if keep, err := p.NewTransformer().Apply(r); !keep || err != nil || r.Kind(p.KindSlot) != RowUpdateBefore || r[5] != int64(700) {
+	r := Row{"ada", "eu", int64(7), int64(2), runtime.RowUpdateBefore, nil}
+	if keep, err := p.NewTransformer().Apply(r); !keep || err != nil || r.Kind(p.KindSlot) != runtime.RowUpdateBefore || r[5] != int64(700) {
 		t.Fatalf("Apply = %v, %v; row %v", keep, err, r)
 	}
 	plain := load(t, Options{}, "testdata/valid/issue.yaml")[0]
-	if plain.KindSlot != -1 || (Row{}).Kind(plain.KindSlot) != RowInsert {
+	if plain.KindSlot != -1 || (Row{}).Kind(plain.KindSlot) != runtime.RowInsert {
 		t.Fatalf("plain job: kind slot %d", plain.KindSlot)
 	}
 }

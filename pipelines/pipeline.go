@@ -16,7 +16,7 @@ type Pipeline struct {
 	Output *Schema
 	// Width is the number of slots of a Row.
 	Width int
-	// KindSlot is the slot of a row's RowKind when a source reads a
+	// KindSlot is the slot of a row's runtime.RowKind when a source reads a
 	// changelog (format upsert-json or debezium-json), else -1. The table
 	// sinks of such a job retract -U and -D rows, so every column's
 	// function can retract (checked at load).

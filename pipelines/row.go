@@ -3,6 +3,7 @@ package pipelines
 import (
 	"slices"
 
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -12,44 +13,17 @@ import (
 // moves values and a dropped field is only hidden. A value is nil (null) or,
 // by field type: string, int64, float64, bool, decimal.Decimal, time.Time
 // (timestamp) or []byte (bytes). A job reading a changelog has one more
-// slot, Pipeline.KindSlot, holding the row's RowKind (nil: RowInsert); no
+// slot, Pipeline.KindSlot, holding the row's runtime.RowKind (nil: RowInsert); no
 // expression sees it and every step carries it along.
 type Row []any
 
-// RowKind is the change a row of a changelog makes (Flink's names).
-type RowKind uint8
-
-// The row kinds. RowUpdateBefore and RowDelete carry a row image to take
-// back out of the aggregates (retract); the others add theirs.
-const (
-	RowInsert       RowKind = iota // +I
-	RowUpdateBefore                // -U
-	RowUpdateAfter                 // +U
-	RowDelete                      // -D
-)
-
-// Retracts reports whether the row is taken back out (-U, -D).
-func (k RowKind) Retracts() bool { return k == RowUpdateBefore || k == RowDelete }
-
-func (k RowKind) String() string {
-	switch k {
-	case RowUpdateBefore:
-		return "-U"
-	case RowUpdateAfter:
-		return "+U"
-	case RowDelete:
-		return "-D"
-	}
-	return "+I"
-}
-
 // Kind returns the kind of r in a pipeline whose kind slot is slot (-1:
 // none, every row inserts).
-func (r Row) Kind(slot int) RowKind {
+func (r Row) Kind(slot int) runtime.RowKind {
 	if slot < 0 {
-		return RowInsert
+		return runtime.RowInsert
 	}
-	k, _ := r[slot].(RowKind)
+	k, _ := r[slot].(runtime.RowKind)
 	return k
 }
 

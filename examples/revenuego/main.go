@@ -102,7 +102,7 @@ func Run(ctx context.Context, data string, n int, log *slog.Logger) (*aggmerge.T
 	}
 	orders := runtime.FromSource(j, "orders", src.New)
 	err = writer.To(orders, "revenue", writer.Config{Table: tbl}, func(o Order, r *writer.Row) error {
-		r.Kind = writer.Insert
+		r.Kind = runtime.RowInsert
 		r.Key = append(r.Key[:0], agg.StringValue(o.Region))
 		r.Vals = append(r.Vals[:0], agg.IntValue(o.Cents), agg.IntValue(1), agg.IntValue(o.Cents), agg.StringValue(o.Customer))
 		return nil

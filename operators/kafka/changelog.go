@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -44,31 +45,6 @@ func (o ChangeOp) String() string {
 	return fmt.Sprintf("ChangeOp(%d)", uint8(o))
 }
 
-// RowKind is the kind of one changelog row, as Flink names them.
-type RowKind uint8
-
-// The row kinds.
-const (
-	RowInsert       RowKind = iota + 1 // +I
-	RowUpdateBefore                    // -U
-	RowUpdateAfter                     // +U
-	RowDelete                          // -D
-)
-
-func (k RowKind) String() string {
-	switch k {
-	case RowInsert:
-		return "+I"
-	case RowUpdateBefore:
-		return "-U"
-	case RowUpdateAfter:
-		return "+U"
-	case RowDelete:
-		return "-D"
-	}
-	return fmt.Sprintf("RowKind(%d)", uint8(k))
-}
-
 // Change is one decoded changelog record. RawKey is the record key as
 // written (the state key of a Normalizer); Key is it decoded.
 type Change struct {
@@ -81,22 +57,22 @@ type Change struct {
 // Rows calls fn with the +I/-U/+U/-D rows of c: an insert gives +I, an
 // update -U then +U, a delete -D (nothing when its old row is unknown). An
 // upsert gives +U alone: pass it through a Normalizer first to get -U.
-func (c Change) Rows(fn func(RowKind, Row) error) error {
+func (c Change) Rows(fn func(runtime.RowKind, Row) error) error {
 	switch c.Op {
 	case ChangeInsert:
-		return fn(RowInsert, c.After)
+		return fn(runtime.RowInsert, c.After)
 	case ChangeUpdate:
-		if err := fn(RowUpdateBefore, c.Before); err != nil {
+		if err := fn(runtime.RowUpdateBefore, c.Before); err != nil {
 			return err
 		}
-		return fn(RowUpdateAfter, c.After)
+		return fn(runtime.RowUpdateAfter, c.After)
 	case ChangeDelete:
 		if c.Before.Len() == 0 {
 			return nil
 		}
-		return fn(RowDelete, c.Before)
+		return fn(runtime.RowDelete, c.Before)
 	case ChangeUpsert:
-		return fn(RowUpdateAfter, c.After)
+		return fn(runtime.RowUpdateAfter, c.After)
 	}
 	return nil
 }

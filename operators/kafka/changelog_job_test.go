@@ -45,7 +45,7 @@ func expectedLines(t *testing.T, recs []*kgo.Record) map[string][]string {
 			t.Fatal(err)
 		}
 		if c, ok := n.Normalize(c); ok {
-			_ = c.Rows(func(k kafka.RowKind, row kafka.Row) error {
+			_ = c.Rows(func(k runtime.RowKind, row kafka.Row) error {
 				out[string(c.RawKey)] = append(out[string(c.RawKey)], k.String()+" "+row.String())
 				return nil
 			})
@@ -66,7 +66,7 @@ func changelogJob(t *testing.T, dir, topic string, brokers []string) *runtime.Jo
 	s := runtime.FromSource(j, "changelog", src.New)
 	changes := kafka.NormalizeChanges(s, "normalize", runtime.WithParallelism(2))
 	lines := runtime.FlatMap(changes, "rows", func(c kafka.Change, out *runtime.Collector[string]) error {
-		return c.Rows(func(k kafka.RowKind, row kafka.Row) error {
+		return c.Rows(func(k runtime.RowKind, row kafka.Row) error {
 			out.Emit(string(c.RawKey) + "|" + k.String() + " " + row.String())
 			return nil
 		})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -26,7 +27,7 @@ func changelogRows(t *testing.T, f Format[Change], recs ...*kgo.Record) []string
 		if !ok {
 			continue
 		}
-		err = c.Rows(func(k RowKind, row Row) error {
+		err = c.Rows(func(k runtime.RowKind, row Row) error {
 			out = append(out, fmt.Sprintf("%s %s %s", k, c.Key, row))
 			return nil
 		})

@@ -50,19 +50,14 @@ func newChangeOp(p *pipelines.Pipeline, policy *errorPolicy) *changeOp {
 	return &changeOp{transformOp: newTransformOp(p, policy)}
 }
 
-// rowKinds maps the Kafka package's row kinds to the pipeline's.
-var rowKinds = map[kafka.RowKind]pipelines.RowKind{kafka.RowInsert: pipelines.RowInsert,
-	kafka.RowUpdateBefore: pipelines.RowUpdateBefore, kafka.RowUpdateAfter: pipelines.RowUpdateAfter,
-	kafka.RowDelete: pipelines.RowDelete}
-
 func (o *changeOp) ProcessBatch(in []kafka.Change, out *runtime.Collector[Row]) error {
 	for i := range in {
-		err := in[i].Rows(func(k kafka.RowKind, image kafka.Row) error {
+		err := in[i].Rows(func(k runtime.RowKind, image kafka.Row) error {
 			r, err := o.row(image)
 			if err != nil {
 				return o.failed(o.buf, err)
 			}
-			r[o.p.KindSlot] = rowKinds[k]
+			r[o.p.KindSlot] = k
 			return o.process(r, out)
 		})
 		if err != nil {

@@ -183,16 +183,12 @@ func (d *deadLetters) flush(ctx context.Context) error {
 // keeps it from happening).
 var errNullKey = errors.New("build: null primary key")
 
-// writerKinds maps the kind of a row to the writer's.
-var writerKinds = [...]writer.Kind{pipelines.RowInsert: writer.Insert, pipelines.RowUpdateBefore: writer.UpdateBefore,
-	pipelines.RowUpdateAfter: writer.UpdateAfter, pipelines.RowDelete: writer.Delete}
-
 // mapper makes the writer's row of table t of p from a record: its kind,
 // the key fields as table values, then each column's input
 // (TableColumn.Value).
 func mapper(p *pipelines.Pipeline, t *pipelines.Table) writer.Mapper[Row] {
 	return func(r Row, row *writer.Row) error {
-		row.Kind = writerKinds[r.Kind(p.KindSlot)]
+		row.Kind = r.Kind(p.KindSlot)
 		row.Key = row.Key[:0]
 		for _, k := range t.Key {
 			if r[k.Slot] == nil {

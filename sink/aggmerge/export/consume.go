@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // ReaderConfig configures Read and ReadTable.
@@ -27,8 +28,8 @@ type ReaderConfig struct {
 
 // Change is one change read from a changelog topic.
 type Change struct {
-	Kind kafka.RowKind // +I, -U, +U or -D
-	Key  kafka.Row     // the primary key
+	Kind runtime.RowKind // +I, -U, +U or -D
+	Key  kafka.Row       // the primary key
 	// Row is the row after the change for +I and +U, before it for -U and
 	// -D. It shares memory with other rows: Clone it to keep it for long.
 	Row        kafka.Row
@@ -132,7 +133,7 @@ func emit(r *kgo.Record, dec kafka.Decoder[kafka.Change], norm *kafka.Normalizer
 	out.LogOffset, _ = uintHeader(r, HeaderOffset)
 	out.Checkpoint, _ = uintHeader(r, HeaderCheckpoint)
 	out.Undo, _ = strconv.ParseBool(string(header(r, HeaderUndo)))
-	return c.Rows(func(k kafka.RowKind, row kafka.Row) error {
+	return c.Rows(func(k runtime.RowKind, row kafka.Row) error {
 		out.Kind, out.Row = k, row
 		return fn(out)
 	})
@@ -165,9 +166,9 @@ func ReadTable(ctx context.Context, cfg ReaderConfig) (map[string]kafka.Row, err
 	rows := map[string]kafka.Row{}
 	err := Read(ctx, cfg, func(c Change) error {
 		switch c.Kind {
-		case kafka.RowInsert, kafka.RowUpdateAfter:
+		case runtime.RowInsert, runtime.RowUpdateAfter:
 			rows[string(c.RawKey)] = c.Row.Clone()
-		case kafka.RowDelete:
+		case runtime.RowDelete:
 			delete(rows, string(c.RawKey))
 		}
 		return nil

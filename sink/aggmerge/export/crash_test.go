@@ -57,7 +57,7 @@ func crashSchema() aggmerge.Schema {
 }
 
 func mapEvent(e operators.Event, r *writer.Row) error {
-	r.Kind = writer.Insert
+	r.Kind = runtime.RowInsert
 	r.Key = append(r.Key[:0], agg.IntValue(int64(e.Seq%crashKeys)))
 	r.Vals = append(r.Vals[:0], agg.IntValue(e.Value), agg.IntValue(1), agg.IntValue(e.Value), agg.IntValue(int64(e.Seq)))
 	return nil

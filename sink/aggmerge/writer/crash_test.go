@@ -60,7 +60,7 @@ func mapperFor(cols []string) writer.Mapper[operators.Event] {
 		cols = allColumns
 	}
 	return func(e operators.Event, r *writer.Row) error {
-		r.Kind = writer.Insert
+		r.Kind = runtime.RowInsert
 		r.Key = append(r.Key[:0], agg.IntValue(int64(e.Seq%keys)))
 		r.Vals = r.Vals[:0]
 		for _, c := range cols {

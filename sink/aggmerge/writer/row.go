@@ -3,29 +3,14 @@ package writer
 import (
 	"fmt"
 
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
-
-// Kind says how a row changes the table.
-type Kind uint8
-
-const (
-	// Insert aggregates the row's values into the table (also +U).
-	Insert Kind = iota
-	// UpdateBefore retracts values previously aggregated (-U).
-	UpdateBefore
-	// UpdateAfter aggregates the new values of an update (+U).
-	UpdateAfter
-	// Delete retracts the values of a deleted input row (-D).
-	Delete
-)
-
-func (k Kind) retracts() bool { return k == UpdateBefore || k == Delete }
 
 // Row is one write to the table: the primary key and one value per target
 // column, in the order of Config.Columns.
 type Row struct {
-	Kind Kind
+	Kind runtime.RowKind // RowInsert and RowUpdateAfter aggregate, RowUpdateBefore and RowDelete retract
 	Key  []agg.Value
 	Vals []agg.Value
 }

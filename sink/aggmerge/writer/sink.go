@@ -301,9 +301,9 @@ func (s *sink[T]) Write(batch []T) error {
 			return err
 		}
 		mode := aggmerge.Aggregate
-		if s.row.Kind.retracts() {
+		if s.row.Kind.Retracts() {
 			if !s.cfg.Retracts {
-				return fmt.Errorf("aggmerge writer: a retracting row (%d) reached a sink not declared Retracts", s.row.Kind)
+				return fmt.Errorf("aggmerge writer: a retracting row (%s) reached a sink not declared Retracts", s.row.Kind)
 			}
 			mode = aggmerge.Retract
 		}

@@ -43,7 +43,7 @@ func schema() aggmerge.Schema {
 }
 
 func mapEvent(e operators.Event, r *writer.Row) error {
-	r.Kind = writer.Insert
+	r.Kind = runtime.RowInsert
 	r.Key = append(r.Key[:0], agg.IntValue(int64(e.Seq%keys)))
 	r.Vals = append(r.Vals[:0], agg.IntValue(e.Value), agg.IntValue(1), agg.IntValue(e.Value),
 		agg.IntValue(int64(e.Seq)), agg.StringValue(strconv.FormatUint(e.Seq, 10)), agg.IntValue(1))
