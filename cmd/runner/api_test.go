@@ -164,8 +164,8 @@ func TestForgetRenamedJob(t *testing.T) {
 	}
 	renamed := append(slices.Clone(args), "--set", "job.name=latency2")
 	c := start(t, nil, renamed...)
-	if code := c.exitCode(t, 60*time.Second); code == 0 {
-		t.Fatalf("the renamed job wrote the old job's columns; log:\n%s", c.stderr.String())
+	if code := c.exitCode(t, 60*time.Second); code != exitRestore || !strings.Contains(c.stderr.String(), "target columns overlap another job's writer") {
+		t.Fatalf("exit %d, want %d: a column conflict naming both jobs; log:\n%s", code, exitRestore, c.stderr.String())
 	}
 	if log := c.stderr.String(); !strings.Contains(log, "runner table forget --table endpoint_latency --job latency") {
 		t.Fatalf("no warning names the old job and the command; log:\n%s", log)
