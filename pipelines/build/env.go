@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,8 +166,12 @@ func (e *Env) warnStaleWriters(name string, t *aggmerge.Table, live map[string]b
 			continue
 		}
 		warned[r.Job] = true
+		cols := strings.Join(r.Columns, ",")
+		if cols == "" {
+			cols = "all"
+		}
 		e.log.Warn("a job not in the job files is registered with the table: it claims its columns and holds the table's log",
-			"table", name, "job", r.Job, "columns", r.Columns,
+			"table", name, "job", r.Job, "columns", cols,
 			"release", fmt.Sprintf("runner table forget --table %s --job %s", name, r.Job))
 	}
 }
