@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -207,7 +206,7 @@ func embeddedBrokers(dataDir string) ([]string, func(), error) {
 		}
 		return k.Embedded, func() {}, nil
 	}
-	dir := filepath.Join(dataDir, "kafka")
+	dir := build.KafkaDir(dataDir)
 	if _, err := os.Stat(dir); err != nil {
 		return nil, nil, usageErr("no --brokers, no running runner on --data-dir %s, and no embedded broker's topics in %s", dataDir, dir)
 	}

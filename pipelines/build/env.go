@@ -67,7 +67,7 @@ func NewEnv(opts Options) *Env {
 	}
 	e := &Env{opts: opts, log: opts.Logger, tables: map[string]*aggmerge.Table{}}
 	e.broker = sync.OnceValues(func() (*embedded.Broker, error) {
-		b, err := embedded.Start(embedded.Options{Port: opts.EmbeddedPort, DataDir: filepath.Join(opts.DataDir, "kafka"), Logger: opts.Logger})
+		b, err := embedded.Start(embedded.Options{Port: opts.EmbeddedPort, DataDir: KafkaDir(opts.DataDir), Logger: opts.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -83,6 +83,9 @@ func (e *Env) DataDir() string { return e.opts.DataDir }
 
 // TableDir is where table name lives under a data directory.
 func TableDir(dataDir, name string) string { return filepath.Join(dataDir, "tables", name) }
+
+// KafkaDir is where the embedded broker keeps its topics in a data directory.
+func KafkaDir(dataDir string) string { return filepath.Join(dataDir, "kafka") }
 
 // OpenTables opens every table the jobs write, each with its key and the
 // columns of every job writing it (in job order), and makes the changelog
