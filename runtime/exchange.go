@@ -141,6 +141,10 @@ func (w *exchangeWriter[T]) flush() error {
 			if err := w.send(t); err != nil {
 				return err
 			}
+			if w.kind == partRebalance {
+				// the run ended short of a batch: the next goes elsewhere
+				w.next = (t + 1) % len(w.x.targets)
+			}
 		}
 	}
 	return nil

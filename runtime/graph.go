@@ -71,11 +71,13 @@ type node struct {
 }
 
 // edge connects two nodes. newWriter, made where the record type is known,
-// builds the exchange writer one upstream subtask uses.
+// builds the exchange writer one upstream subtask uses, partitioning by the
+// edge's kind as the plan left it (a forward edge between unequal
+// parallelisms becomes a rebalance there).
 type edge struct {
 	from, to  *node
 	kind      partKind
-	newWriter func(x *exchangeSpec) exchange
+	newWriter func(x *exchangeSpec, kind partKind) exchange
 }
 
 func (j *Job) addNode(uid string, opts []NodeOption, n *node) *node {
@@ -105,7 +107,7 @@ func (j *Job) addNode(uid string, opts []NodeOption, n *node) *node {
 
 func connect[T any](from *node, to *node, kind partKind, part func() func(T, int) int) {
 	e := &edge{from: from, to: to, kind: kind}
-	e.newWriter = func(x *exchangeSpec) exchange { return newExchangeWriter[T](x, kind, part) }
+	e.newWriter = func(x *exchangeSpec, kind partKind) exchange { return newExchangeWriter[T](x, kind, part) }
 	from.outputs = append(from.outputs, e)
 	to.inputs = append(to.inputs, e)
 }
