@@ -237,3 +237,25 @@ func TestPermanentErrorEndsWithoutRestart(t *testing.T) {
 		t.Fatalf("%v restarts after a permanent error, want 0", n)
 	}
 }
+
+// TestFailureWrappingCanceledFails: an operator error that wraps
+// context.Canceled (a client closed under it, say) is a failure like any
+// other: the job restarts and, once its restarts are used up, fails; it
+// never ends as a success without its final checkpoint.
+func TestFailureWrappingCanceledFails(t *testing.T) {
+	reg := newRegistry()
+	j := runtime.NewJob(runtime.Options{Name: "canceled", Registerer: reg,
+		Restart: runtime.RestartOptions{MaxAttempts: 2, InitialBackoff: time.Millisecond}})
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 100}))
+	bad := runtime.Apply(src, "bad", func() runtime.Operator[operators.Event, operators.Event] {
+		return failingOp{fmt.Errorf("fetch: %w", context.Canceled)}
+	})
+	runtime.SinkTo(bad, "discard", operators.NewDiscard[operators.Event](nil))
+	err := j.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "failed after 2 restarts") {
+		t.Fatalf("run: %v, want the failure after 2 restarts", err)
+	}
+	if n := restarts(t, reg); n != 2 {
+		t.Fatalf("%v restarts, want 2", n)
+	}
+}

@@ -172,6 +172,12 @@ type attempt struct {
 
 	stopping   atomic.Bool
 	progressed atomic.Bool // a checkpoint completed in this attempt
+
+	// failure is the first error given to fail, kept apart from the
+	// context's cause: a cause wrapping context.Canceled would otherwise
+	// read as a plain cancellation, and the failed attempt as a success.
+	failMu  sync.Mutex
+	failure error
 }
 
 func (a *attempt) goAsync(f func()) {
@@ -182,8 +188,22 @@ func (a *attempt) goAsync(f func()) {
 	}()
 }
 
-// fail ends the attempt with err (the first cause wins).
-func (a *attempt) fail(err error) { a.cancel(err) }
+// fail ends the attempt with err (the first failure wins).
+func (a *attempt) fail(err error) {
+	a.failMu.Lock()
+	if a.failure == nil {
+		a.failure = err
+	}
+	a.failMu.Unlock()
+	a.cancel(err)
+}
+
+// failed returns the attempt's first failure, if any.
+func (a *attempt) failed() error {
+	a.failMu.Lock()
+	defer a.failMu.Unlock()
+	return a.failure
+}
 
 func (a *attempt) checkpointCompleted(barrier.CheckpointID) { a.progressed.Store(true) }
 
@@ -268,7 +288,7 @@ func (a *attempt) run(parent context.Context) error {
 	coordDone.Wait()
 	cancel(nil)
 	a.wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := a.failed(); err != nil {
 		return err
 	}
 	return parent.Err()
