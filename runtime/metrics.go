@@ -34,7 +34,9 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	reg = prometheus.WrapRegistererWith(prometheus.Labels{"job": job}, reg)
+	// A job of the same name run again on the same Registerer (a runner
+	// running it a second time) replaces the first one's metrics.
+	reg = replacingRegisterer{prometheus.WrapRegistererWith(prometheus.Labels{"job": job}, reg)}
 	m := &metrics{
 		job: job,
 		recordsInVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_operator_records_in_total",
@@ -106,7 +108,7 @@ func (t *task) registerer(uid string) prometheus.Registerer {
 }
 
 // replacingRegisterer registers a collector in place of an equal one
-// registered before (by an earlier attempt of the job).
+// registered before (by an earlier attempt or run of the job).
 type replacingRegisterer struct{ prometheus.Registerer }
 
 func (r replacingRegisterer) Register(c prometheus.Collector) error {

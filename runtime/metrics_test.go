@@ -1,9 +1,13 @@
 package runtime_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ebbflow/ebbflow/operators"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
@@ -45,4 +49,22 @@ func restarts(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	t.Fatal("ebbflow_job_restarts_total not registered")
 	return 0
+}
+
+// TestSameJobTwiceOnOneRegisterer: a job run a second time under the same
+// name on the same Registerer (a runner running it again) replaces the
+// first run's metrics instead of panicking on their registration.
+func TestSameJobTwiceOnOneRegisterer(t *testing.T) {
+	reg := newRegistry()
+	for run := range 2 {
+		j := runtime.NewJob(runtime.Options{Name: "twice", DataDir: t.TempDir(), Registerer: reg})
+		src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 100}))
+		runtime.SinkTo(src, "discard", operators.NewDiscard[operators.Event](nil))
+		if err := j.Run(context.Background()); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if n := counter(t, reg, "ebbflow_checkpoints_total", "completed"); n < 1 {
+			t.Fatalf("run %d: %v completed checkpoints counted, want at least 1", run, n)
+		}
+	}
 }
