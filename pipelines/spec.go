@@ -208,7 +208,15 @@ type Restart struct {
 
 // HTTP configures the runner's HTTP server.
 type HTTP struct {
-	Address string `yaml:"address" default:"127.0.0.1:8081" doc:"host:port to listen on; empty: no server"`
+	Address      string   `yaml:"address" default:"127.0.0.1:8081" doc:"host:port to listen on; empty: no server"`
+	AllowedHosts []string `yaml:"allowed_hosts" doc:"host names (no port) a request's Host header may name besides localhost, IP addresses and the host of address (docs/RUNNER.md#security)"`
+	TLS          *HTTPTLS `yaml:"tls" doc:"serve HTTPS (present: on)"`
+}
+
+// HTTPTLS is the certificate the runner's HTTP server presents.
+type HTTPTLS struct {
+	CertFile string `yaml:"cert_file" required:"true" doc:"PEM certificate (chain) of the server"`
+	KeyFile  string `yaml:"key_file" required:"true" doc:"PEM private key of cert_file"`
 }
 
 // Logging configures the log output.

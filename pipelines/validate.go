@@ -16,7 +16,18 @@ import (
 var (
 	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 	identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostPattern  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
 )
+
+// CheckName checks the name of a job or a table, which names folders of the
+// data directory: letters, digits, '.', '_' and '-', starting with a letter
+// or digit (so never "..", and never a path).
+func CheckName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("%q is not a valid name (letters, digits, '.', '_', '-')", name)
+	}
+	return nil
+}
 
 // validator checks what the decoder cannot see alone (fields flowing through
 // the steps, types, cross-key rules), fills the computed defaults and
@@ -86,14 +97,19 @@ func (v *validator) elem(path string, i int) string {
 func (v *validator) validate() *Pipeline {
 	s := v.spec
 	v.p = &Pipeline{File: v.file, Spec: s, KindSlot: -1, where: v}
-	if s.Job.Name != "" && !namePattern.MatchString(s.Job.Name) {
-		v.fail("job.name", "%q is not a valid name (letters, digits, '.', '_', '-')", s.Job.Name)
+	if err := CheckName(s.Job.Name); s.Job.Name != "" && err != nil {
+		v.fail("job.name", "%v", err)
 	}
 	if s.Job.Parallelism > s.Job.MaxParallelism {
 		v.fail("job.parallelism", "parallelism %d exceeds max_parallelism %d", s.Job.Parallelism, s.Job.MaxParallelism)
 	}
 	if s.HTTP.Address != "" {
 		v.hostPort("http.address", s.HTTP.Address)
+	}
+	for i, h := range s.HTTP.AllowedHosts {
+		if !hostPattern.MatchString(h) {
+			v.fail(fmt.Sprintf("http.allowed_hosts[%d]", i), "%q is not a host name (no port, no scheme)", h)
+		}
 	}
 	if s.Restart.InitialBackoff > s.Restart.MaxBackoff {
 		v.fail("restart.initial_backoff", "initial_backoff %s exceeds max_backoff %s", s.Restart.InitialBackoff, s.Restart.MaxBackoff)
@@ -557,8 +573,8 @@ func (v *validator) sinks() {
 func (v *validator) table(path string, t *TableSink) *Table {
 	out := v.p.Output
 	tab := &Table{Spec: t, path: path}
-	if t.Name != "" && !namePattern.MatchString(t.Name) {
-		v.fail(path+".name", "%q is not a valid name (letters, digits, '.', '_', '-')", t.Name)
+	if err := CheckName(t.Name); t.Name != "" && err != nil {
+		v.fail(path+".name", "%v", err)
 	}
 	if v.fieldList(path+".primary_key", t.PrimaryKey, out) {
 		for i, name := range t.PrimaryKey {
