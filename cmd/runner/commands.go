@@ -93,6 +93,13 @@ func newCheckpointsCmd() *cobra.Command {
 		}}
 	inspect := &cobra.Command{Use: "inspect ID|latest", Short: "Print a checkpoint's metadata (verified) as JSON", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var id uint64
+			if args[0] != "latest" {
+				var err error
+				if id, err = strconv.ParseUint(args[0], 10, 64); err != nil {
+					return usageErr("checkpoint %q: want an id or latest", args[0])
+				}
+			}
 			s, err := openStorage(dataDir, job)
 			if err != nil {
 				return err
@@ -101,10 +108,6 @@ func newCheckpointsCmd() *cobra.Command {
 			if args[0] == "latest" {
 				md, _, err = s.Latest()
 			} else {
-				id, perr := strconv.ParseUint(args[0], 10, 64)
-				if perr != nil {
-					return usageErr("checkpoint %q: want an id or latest", args[0])
-				}
 				md, err = s.Load(barrier.CheckpointID(id))
 			}
 			if err != nil {
@@ -142,9 +145,20 @@ func newCheckpointsCmd() *cobra.Command {
 		if c.Args == nil {
 			c.Args = noArgs
 		}
+		c.PreRunE = func(*cobra.Command, []string) error { return checkName("job", job) }
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// checkName refuses a job or table name from the command line that a job
+// file could not give (pipelines.CheckName): such a name forms a path in the
+// data directory, and must not lead out of it.
+func checkName(flag, name string) error {
+	if err := pipelines.CheckName(name); err != nil {
+		return usageErr("--%s: %v", flag, err)
+	}
+	return nil
 }
 
 func openStorage(dataDir, job string) (*state.Storage, error) {

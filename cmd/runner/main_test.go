@@ -80,6 +80,14 @@ func (c *child) exitCode(t *testing.T, timeout time.Duration) int {
 // runCLI runs a short runner command and returns its stdout and exit code.
 func runCLI(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
+	stdout, _, code := runCLIErr(t, env, args...)
+	return stdout, code
+}
+
+// runCLIErr runs a short runner command and returns its stdout, stderr and
+// exit code.
+func runCLIErr(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	var stdout, stderr bytes.Buffer
@@ -95,7 +103,7 @@ func runCLI(t *testing.T, env []string, args ...string) (string, int) {
 	if code != 0 && testing.Verbose() {
 		t.Logf("runner %s: exit %d: %s", strings.Join(args, " "), code, stderr.String())
 	}
-	return stdout.String(), code
+	return stdout.String(), stderr.String(), code
 }
 
 // scanJSON runs "table scan -o json" and returns the rows by the value of

@@ -46,6 +46,7 @@ func newTableCmd() *cobra.Command {
 		fl.StringVar(&f.address, "address", "", "read through the runner at this HTTP address (default: the runner using --data-dir, if any)")
 		_ = c.MarkFlagRequired("table")
 		c.Args = noArgs
+		c.PreRunE = func(*cobra.Command, []string) error { return checkName("table", f.table) }
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(newForgetCmd())
@@ -58,6 +59,9 @@ func newForgetCmd() *cobra.Command {
 	var dataDir, table, job string
 	c := &cobra.Command{Use: "forget", Short: "Release a removed job's registration and log hold in a table (runner stopped)",
 		Args: noArgs,
+		PreRunE: func(*cobra.Command, []string) error {
+			return errors.Join(checkName("table", table), checkName("job", job))
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, err := aggmerge.Open(build.TableDir(dataDir, table), aggmerge.Schema{}, aggmerge.Options{})
 			if err != nil {
