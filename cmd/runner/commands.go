@@ -208,15 +208,19 @@ func newChangelogCmd() *cobra.Command {
 // the topics it saved in the data directory (holding the directory's lock,
 // so that no runner starts meanwhile), and closed by the returned func.
 func embeddedBrokers(dataDir string) ([]string, func(), error) {
-	if addr := liveRunner(dataDir); addr != "" {
+	e, err := findRunner(dataDir, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	if e != nil {
 		var k struct {
 			Embedded []string `json:"embedded_brokers"`
 		}
-		if err := getJSON("http://"+addr+"/api/v1/kafka", &k); err != nil {
+		if err := e.getJSON("/api/v1/kafka", &k); err != nil {
 			return nil, nil, err
 		}
 		if len(k.Embedded) == 0 {
-			return nil, nil, usageErr("the runner at %s has no embedded broker: pass --brokers", addr)
+			return nil, nil, usageErr("the runner at %s has no embedded broker: pass --brokers", e.addr)
 		}
 		return k.Embedded, func() {}, nil
 	}
@@ -294,36 +298,32 @@ func newStopCmd() *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{Use: "stop", Short: "Ask a running runner to take a final checkpoint and exit; waits until it has",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if address == "" {
-				address = liveRunner(dataDir)
-			}
-			if address == "" {
-				return usageErr("no --address, and no running runner on --data-dir %s", dataDir)
-			}
-			resp, err := http.Post("http://"+address+"/api/v1/stop", "application/json", nil)
+			e, err := findRunner(dataDir, address)
 			if err != nil {
 				return err
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted {
-				return fmt.Errorf("stop %s: %s", address, resp.Status)
+			if e == nil {
+				return usageErr("no --address, and no running runner on --data-dir %s", dataDir)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "runner at %s stopping\n", address)
-			deadline := time.Now().Add(timeout)
-			c := http.Client{Timeout: time.Second}
-			for time.Now().Before(deadline) {
-				resp, err := c.Get("http://" + address + "/livez")
-				if err != nil {
+			resp, err := e.do(http.MethodPost, "/api/v1/stop")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				return e.refused("stop", resp)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "runner at %s stopping\n", e.addr)
+			for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if !e.live() {
 					fmt.Fprintln(cmd.OutOrStdout(), "stopped")
 					return nil
 				}
-				resp.Body.Close()
-				time.Sleep(200 * time.Millisecond)
 			}
-			return fmt.Errorf("runner at %s still running after %s", address, timeout)
+			return fmt.Errorf("runner at %s still running after %s", e.addr, timeout)
 		}}
-	cmd.Flags().StringVar(&address, "address", "", "the runner's HTTP address (default: the runner using --data-dir)")
-	cmd.Flags().StringVar(&dataDir, "data-dir", "./data", "the runner's data directory")
+	cmd.Flags().StringVar(&address, "address", "", "the runner's HTTP address, host:port or https://host:port (default: the runner using --data-dir)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "./data", "the runner's data directory (its "+tokenFile+" authorizes the stop)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the runner to exit")
 	return cmd
 }

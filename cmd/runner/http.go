@@ -2,20 +2,32 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/state"
@@ -57,6 +69,10 @@ const runnerFile = "runner.json"
 type runnerInfo struct {
 	PID  int    `json:"pid"`
 	HTTP string `json:"http"`
+	// TLSCertSHA256 is, when the server speaks HTTPS, the SHA-256 of its
+	// certificate (hex), which the commands on the data directory accept
+	// whatever the names in it.
+	TLSCertSHA256 string `json:"tls_cert_sha256,omitempty"`
 }
 
 type server struct {
@@ -65,13 +81,65 @@ type server struct {
 	file string
 }
 
-// serve starts the HTTP server and records its address in the data
-// directory.
-func (r *runner) serve(addr string) (*server, error) {
+// serve starts the HTTP server (HTTPS with cfg.TLS), guarded by a guard,
+// and records its address in the data directory.
+func (r *runner) serve(addr string, cfg pipelines.HTTP) (*server, error) {
+	var tlsConfig *tls.Config
+	info := runnerInfo{PID: os.Getpid()}
+	if cfg.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, usageErr("http.tls: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		sum := sha256.Sum256(cert.Certificate[0])
+		info.TLSCertSHA256 = hex.EncodeToString(sum[:])
+	}
+	token, err := httpToken(r.dataDir)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := listen(addr)
 	if err != nil {
 		return nil, err
 	}
+	info.HTTP = ln.Addr().String()
+	g := newGuard(addr, cfg.AllowedHosts, token, ln.Addr())
+	switch {
+	case !g.readsNeedToken:
+		r.log.Info("http listening", "address", info.HTTP, "tls", tlsConfig != nil)
+	case tlsConfig == nil:
+		r.log.Warn("http listening on a non-loopback address without TLS: whoever reaches it reads /metrics, /livez and /readyz, "+
+			"and the API's token ("+tokenFile+") travels unencrypted; set http.tls, or listen on loopback", "address", info.HTTP)
+	default:
+		r.log.Warn("http listening on a non-loopback address: whoever reaches it reads /metrics, /livez and /readyz; "+
+			"the API needs the token ("+tokenFile+")", "address", info.HTTP, "tls", true)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	g.next = r.routes()
+	s := &server{srv: &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}, done: make(chan struct{}),
+		file: filepath.Join(r.dataDir, runnerFile)}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.log.Error("http server", "err", err)
+		}
+	}()
+	b, _ := json.Marshal(info)
+	if _, _, err := state.WriteFileAtomic(s.file, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}); err != nil {
+		r.log.Warn("record the runner's address", "file", s.file, "err", err)
+	}
+	return s, nil
+}
+
+// routes are the endpoints of the server.
+func (r *runner) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -87,23 +155,155 @@ func (r *runner) serve(addr string) (*server, error) {
 		r.requestStop()
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "stopping"})
 	})
-	s := &server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{}),
-		file: filepath.Join(r.dataDir, runnerFile)}
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.log.Error("http server", "err", err)
-		}
-	}()
-	info, _ := json.Marshal(runnerInfo{PID: os.Getpid(), HTTP: ln.Addr().String()})
-	if _, _, err := state.WriteFileAtomic(s.file, func(w io.Writer) error {
-		_, err := w.Write(info)
+	return mux
+}
+
+// tokenFile, in the data directory, holds the bearer token the HTTP API
+// wants of every request that changes state (mode 0600).
+const tokenFile = "http.token"
+
+// httpToken returns the token of the data directory, made (random, 128
+// bits) by the first runner that serves HTTP on it and kept from then on.
+// The caller holds the directory's lock.
+func httpToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, tokenFile)
+	tok, err := readToken(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return tok, err
+	}
+	tok = rand.Text()
+	// WriteFileAtomic's temporary file, renamed into place, has mode 0600.
+	if _, _, err := state.WriteFileAtomic(path, func(w io.Writer) error {
+		_, err := io.WriteString(w, tok+"\n")
 		return err
 	}); err != nil {
-		r.log.Warn("record the runner's address", "file", s.file, "err", err)
+		return "", fmt.Errorf("make the HTTP token: %w", err)
 	}
-	r.log.Info("http listening", "address", ln.Addr().String())
-	return s, nil
+	return tok, nil
+}
+
+// readToken reads a token file, refusing one that users other than its
+// owner may read (its token is no secret any more).
+func readToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("HTTP token %s has mode %v, open to other users: remove it (a new one is made) or chmod 600 it", path, perm)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1024))
+	if err != nil {
+		return "", fmt.Errorf("read the HTTP token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("HTTP token %s is empty: remove it (a new one is made)", path)
+	}
+	return tok, nil
+}
+
+// guard checks every request before the routes, against a page in a local
+// browser that aims at the server (cross-origin requests, DNS rebinding)
+// and against unauthenticated changes:
+//   - its Host must be an IP address, localhost, the host of http.address
+//     or one of http.allowed_hosts (403), as a DNS rebinding attack sends
+//     the attacker's name;
+//   - a request other than GET /metrics, /livez or /readyz a browser sent
+//     from another origin (Sec-Fetch-Site, Origin) is refused (403);
+//   - a request that changes state (any method but GET and HEAD), and when
+//     the server listens beyond loopback any API request, must carry the
+//     data directory's token as "Authorization: Bearer <token>" (401).
+type guard struct {
+	next           http.Handler
+	hosts          map[string]bool // lower case, besides localhost and IP addresses
+	token          []byte
+	readsNeedToken bool
+}
+
+func newGuard(addr string, allowed []string, token string, bound net.Addr) *guard {
+	g := &guard{hosts: map[string]bool{}, token: []byte(token)}
+	if h, _, err := net.SplitHostPort(addr); err == nil && h != "" {
+		g.hosts[strings.ToLower(h)] = true
+	}
+	for _, h := range allowed {
+		g.hosts[strings.ToLower(h)] = true
+	}
+	tcp, ok := bound.(*net.TCPAddr)
+	g.readsNeedToken = !ok || !tcp.IP.IsLoopback()
+	return g
+}
+
+func (g *guard) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if !g.hostAllowed(req.Host) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": fmt.Sprintf(
+			"host %q is not a name of this server: use an IP address or localhost, or add it to http.allowed_hosts", req.Host)})
+		return
+	}
+	read := req.Method == http.MethodGet || req.Method == http.MethodHead
+	if read && (req.URL.Path == "/metrics" || req.URL.Path == "/livez" || req.URL.Path == "/readyz") {
+		g.next.ServeHTTP(w, req)
+		return
+	}
+	if err := crossOrigin(req); err != nil {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": err.Error()})
+		return
+	}
+	if (!read || g.readsNeedToken) && !g.authorized(req) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ebbflow runner"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "this request needs the token of " + tokenFile +
+			" in the runner's data directory, as the header Authorization: Bearer <token>"})
+		return
+	}
+	g.next.ServeHTTP(w, req)
+}
+
+// hostAllowed reports whether the Host header names this server. An IP
+// address is always accepted: a page can only reach the server through one
+// with an origin of its own (the IP), and a rebinding attack needs a name.
+func (g *guard) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return host == "localhost" || g.hosts[host]
+}
+
+// crossOrigin returns why a browser sent req on behalf of a page of another
+// origin, or nil (also for requests not from a browser, which send neither
+// header).
+func crossOrigin(req *http.Request) error {
+	switch site := req.Header.Get("Sec-Fetch-Site"); site {
+	case "same-origin", "none":
+		return nil
+	case "":
+	default:
+		return fmt.Errorf("cross-origin request refused (Sec-Fetch-Site: %s)", site)
+	}
+	origin := req.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	if u, err := url.Parse(origin); err != nil || u.Host == "" || !strings.EqualFold(u.Host, req.Host) {
+		return fmt.Errorf("cross-origin request refused (Origin %s, Host %s)", origin, req.Host)
+	}
+	return nil
+}
+
+// authorized reports whether req carries the token, compared in constant
+// time.
+func (g *guard) authorized(req *http.Request) bool {
+	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), g.token) == 1
 }
 
 func (s *server) shutdown() {

@@ -192,3 +192,13 @@ func TestRestoreMissingCheckpoint(t *testing.T) {
 		t.Fatalf("exit %d, want %d; log:\n%s", code, exitRestore, c.stderr.String())
 	}
 }
+
+// liveRunner returns the HTTP address of the runner using dataDir, if it
+// answers.
+func liveRunner(dataDir string) string {
+	e, err := findRunner(dataDir, "")
+	if err != nil || e == nil {
+		return ""
+	}
+	return e.addr
+}

@@ -144,7 +144,7 @@ func run(ctx context.Context, f *runFlags) error {
 		addr = f.httpAddress
 	}
 	if addr != "" && addr != "off" {
-		srv, err := r.serve(addr)
+		srv, err := r.serve(addr, first.HTTP)
 		if err != nil {
 			return err
 		}

@@ -9,11 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -110,12 +107,12 @@ func tableRead(w io.Writer, f *tableFlags) error {
 	if err != nil {
 		return err
 	}
-	addr := f.address
-	if addr == "" {
-		addr = liveRunner(f.dataDir)
+	e, err := findRunner(f.dataDir, f.address)
+	if err != nil {
+		return err
 	}
-	if addr != "" {
-		return remoteRows(addr, f.table, f.key, out)
+	if e != nil {
+		return remoteRows(e, f.table, f.key, out)
 	}
 	dir := build.TableDir(f.dataDir, f.table)
 	t, err := aggmerge.Open(dir, aggmerge.Schema{}, aggmerge.Options{})
@@ -154,30 +151,10 @@ func readRows(t *aggmerge.Table, key string, fn func([]string) error) error {
 	return emit(r)
 }
 
-// liveRunner returns the HTTP address of the runner using dataDir, if it
-// still answers.
-func liveRunner(dataDir string) string {
-	b, err := os.ReadFile(filepath.Join(dataDir, runnerFile))
-	if err != nil {
-		return ""
-	}
-	var info runnerInfo
-	if json.Unmarshal(b, &info) != nil || info.HTTP == "" {
-		return ""
-	}
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + info.HTTP + "/livez")
-	if err != nil {
-		return ""
-	}
-	resp.Body.Close()
-	return info.HTTP
-}
-
 // remoteRows reads a table through a running runner's API.
-func remoteRows(addr, table, key string, out *rowWriter) error {
+func remoteRows(e *endpoint, table, key string, out *rowWriter) error {
 	var tables []tableInfo
-	if err := getJSON("http://"+addr+"/api/v1/tables", &tables); err != nil {
+	if err := e.getJSON("/api/v1/tables", &tables); err != nil {
 		return err
 	}
 	var cols []string
@@ -187,20 +164,19 @@ func remoteRows(addr, table, key string, out *rowWriter) error {
 		}
 	}
 	if cols == nil {
-		return fmt.Errorf("the runner at %s has no table %q", addr, table)
+		return fmt.Errorf("the runner at %s has no table %q", e.addr, table)
 	}
-	u := "http://" + addr + "/api/v1/tables/" + url.PathEscape(table) + "/rows"
+	path := "/api/v1/tables/" + url.PathEscape(table) + "/rows"
 	if key != "" {
-		u += "?key=" + url.QueryEscape(key)
+		path += "?key=" + url.QueryEscape(key)
 	}
-	resp, err := http.Get(u)
+	resp, err := e.do(http.MethodGet, path)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("read table %q from %s: %s: %s", table, addr, resp.Status, strings.TrimSpace(string(b)))
+		return e.refused(fmt.Sprintf("read table %q", table), resp)
 	}
 	out.header(cols)
 	sc := bufio.NewScanner(resp.Body)
@@ -208,7 +184,7 @@ func remoteRows(addr, table, key string, out *rowWriter) error {
 	for sc.Scan() {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return fmt.Errorf("read table %q from %s: %w", table, addr, err)
+			return fmt.Errorf("read table %q from %s: %w", table, e.addr, err)
 		}
 		cells := make([]string, len(cols))
 		for i, c := range cols {
@@ -222,18 +198,6 @@ func remoteRows(addr, table, key string, out *rowWriter) error {
 		return err
 	}
 	return out.flush()
-}
-
-func getJSON(u string, v any) error {
-	resp, err := http.Get(u)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // rowWriter prints rows whose cells are JSON values.
