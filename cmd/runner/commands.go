@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
@@ -172,12 +169,16 @@ func openStorage(dataDir, job string) (*state.Storage, error) {
 func newChangelogCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "changelog", Short: "Read a table's changelog topic"}
 	var brokers []string
-	var topic, from, dataDir string
-	var n int
-	tail := &cobra.Command{Use: "tail --topic T", Short: "Print changelog records (read_committed), one JSON object per line",
+	var topic, dataDir string
+	var o tailOptions
+	tail := &cobra.Command{Use: "tail --topic T [-n N | --from-start] [-f]",
+		Short: "Print the latest changelog records (read_committed), one JSON object per line; -f: then follow",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if from != "start" && from != "end" {
-				return usageErr("--from %q: want start or end", from)
+			if o.fromStart && cmd.Flags().Changed("num") {
+				return usageErr("--from-start prints every record: give it or -n, not both")
+			}
+			if o.n < 0 {
+				return usageErr("-n %d: want 0 or more", o.n)
 			}
 			if len(brokers) == 0 {
 				found, closeBroker, err := embeddedBrokers(dataDir)
@@ -189,13 +190,14 @@ func newChangelogCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return tailChangelog(ctx, cmd.OutOrStdout(), brokers, topic, from == "start", n)
+			return tailChangelog(ctx, cmd.OutOrStdout(), brokers, topic, o)
 		}}
 	fl := tail.Flags()
 	fl.StringSliceVar(&brokers, "brokers", nil, "seed brokers (default: the embedded broker of the runner using --data-dir)")
 	fl.StringVar(&topic, "topic", "", "changelog topic")
-	fl.StringVar(&from, "from", "start", "start or end")
-	fl.IntVarP(&n, "num", "n", 0, "stop after N records (0: follow until interrupted)")
+	fl.IntVarP(&o.n, "num", "n", 10, "print the latest N records of the topic (all partitions, by timestamp)")
+	fl.BoolVar(&o.fromStart, "from-start", false, "print every record from the start instead of the latest N")
+	fl.BoolVarP(&o.follow, "follow", "f", false, "then print new records as they come, until interrupted")
 	fl.StringVar(&dataDir, "data-dir", "./data", "the runner's data directory (to find its embedded broker)")
 	_ = tail.MarkFlagRequired("topic")
 	tail.Args = noArgs
@@ -238,59 +240,6 @@ func embeddedBrokers(dataDir string) ([]string, func(), error) {
 		return nil, nil, fmt.Errorf("start the embedded broker on %s: %w", dir, err)
 	}
 	return b.Addrs(), func() { b.Close(); unlock() }, nil
-}
-
-// tailChangelog prints records of topic: key, value, partition, offset and
-// the ebbflow headers.
-func tailChangelog(ctx context.Context, w io.Writer, brokers []string, topic string, fromStart bool, n int) error {
-	start := kgo.NewOffset().AtEnd()
-	if fromStart {
-		start = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(start),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	printed := 0
-	for n == 0 || printed < n {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil {
-			return fmt.Errorf("tail %q: %w", topic, ferr)
-		}
-		for it := fs.RecordIter(); !it.Done() && (n == 0 || printed < n); {
-			r := it.Next()
-			out := map[string]any{"partition": r.Partition, "offset": r.Offset, "key": raw(r.Key), "value": raw(r.Value)}
-			headers := map[string]string{}
-			for _, h := range r.Headers {
-				headers[strings.TrimPrefix(h.Key, "ebbflow.")] = string(h.Value)
-			}
-			out["headers"] = headers
-			b, _ := json.Marshal(out)
-			if _, err := fmt.Fprintln(w, string(b)); err != nil {
-				return err
-			}
-			printed++
-		}
-	}
-	return nil
-}
-
-// raw keeps a JSON key or value as JSON, and anything else as a string.
-func raw(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	if json.Valid(b) {
-		return json.RawMessage(b)
-	}
-	return string(b)
 }
 
 func newStopCmd() *cobra.Command {

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 // child is a runner process.
 type child struct {
 	cmd    *exec.Cmd
+	stdout *syncbuf.Buffer
 	stderr *syncbuf.Buffer
 	done   chan struct{}
 	err    error
@@ -41,8 +42,8 @@ func start(t *testing.T, env []string, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
-	c := &child{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
-	cmd.Stderr = c.stderr
+	c := &child{cmd: cmd, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -43,15 +43,24 @@ func TestQuickstart(t *testing.T) {
 			Headers map[string]string
 		}
 		if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil || want[rec.Key["region"]] == nil ||
-			rec.Value["region"] != rec.Key["region"] || rec.Headers["table"] != "revenue" {
+			rec.Value["region"] != rec.Key["region"] || rec.Headers["ebbflow.table"] != "revenue" {
 			t.Fatalf("changelog record %s (%v)", lines[0], err)
 		}
 	}
 	stopGracefully(t, c)
 	// Stopped, the runner's embedded broker is started on its saved topics.
 	if out, code := runCLI(t, nil, "changelog", "tail", "--data-dir", dir, "--topic", "revenue-changelog", "-n", "3"); code != 0 ||
-		strings.Count(out, `"table":"revenue"`) != 3 {
+		strings.Count(out, `"ebbflow.table":"revenue"`) != 3 {
 		t.Fatalf("changelog tail of the stopped runner: exit %d: %q", code, out)
+	}
+	// Fewer records than -n: all of them, and the command ends.
+	all, code := runCLI(t, nil, "changelog", "tail", "--data-dir", dir, "--topic", "revenue-changelog", "-n", "1000000")
+	if n := strings.Count(all, `"ebbflow.table":"revenue"`); code != 0 || n < 3 || n != strings.Count(all, "\n") {
+		t.Fatalf("changelog tail -n 1000000 of the stopped runner: exit %d, %d records", code, n)
+	}
+	if _, stderr, code := runCLIErr(t, nil, "changelog", "tail", "--data-dir", dir, "--topic", "nope"); code != exitFailure ||
+		!strings.Contains(stderr, `topic "nope" does not exist`) {
+		t.Fatalf("changelog tail of a topic that does not exist: exit %d: %s", code, stderr)
 	}
 	got := scanJSON(t, dir, "revenue", "region")
 	if len(got) != len(want) {
