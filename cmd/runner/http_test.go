@@ -298,3 +298,33 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+// TestHTTPSRunner runs a runner with http.tls: the CLI reads a table
+// through it and stops it over HTTPS, accepting the self-signed
+// certificate the runner recorded.
+func TestHTTPSRunner(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, _ := selfSigned(t, t.TempDir())
+	c := start(t, nil, "run", "-f", "../../examples/visitors/job.yaml", "--data-dir", dir, "--http-address", "127.0.0.1:0",
+		"--set", "checkpoint.interval=100ms", "--summary", "0",
+		"--set", "http.tls.cert_file="+certFile, "--set", "http.tls.key_file="+keyFile)
+	var e *endpoint
+	waitFor(t, c, 30*time.Second, "the runner over HTTPS", func() bool {
+		var err error
+		e, err = findRunner(dir, "")
+		return err == nil && e != nil
+	})
+	if !strings.HasPrefix(e.base, "https://") || !strings.Contains(c.stderr.String(), "tls=true") {
+		t.Fatalf("runner at %s; log:\n%s", e.base, c.stderr.String())
+	}
+	waitFor(t, c, 30*time.Second, "a row for home", func() bool {
+		out, code := runCLI(t, nil, "table", "get", "--data-dir", dir, "--table", "page_visitors", "--key", `{"page":"home"}`, "-o", "json")
+		return code == 0 && strings.HasPrefix(out, `{"page":"home"`)
+	})
+	if out, code := runCLI(t, nil, "stop", "--data-dir", dir); code != 0 || !strings.Contains(out, "stopped") {
+		t.Fatalf("stop over HTTPS: exit %d: %s", code, out)
+	}
+	if code := c.exitCode(t, 30*time.Second); code != 0 {
+		t.Fatalf("runner exit %d after stop; log:\n%s", code, c.stderr.String())
+	}
+}
