@@ -40,7 +40,7 @@ func newTableCmd() *cobra.Command {
 		fl.StringVar(&f.table, "table", "", "table name")
 		fl.StringVar(&f.key, "key", "", `primary key as JSON, e.g. {"region":"eu"}`)
 		fl.StringVarP(&f.output, "output", "o", "table", "table, json (one object per line) or csv")
-		fl.StringVar(&f.address, "address", "", "read through the runner at this HTTP address (default: the runner using --data-dir, if any)")
+		fl.StringVar(&f.address, "address", "", "read through the runner at this HTTP address, host:port or https://host:port (default: the runner using --data-dir, if any)")
 		_ = c.MarkFlagRequired("table")
 		c.Args = noArgs
 		c.PreRunE = func(*cobra.Command, []string) error { return checkName("table", f.table) }
