@@ -162,7 +162,7 @@ func (r *runner) routes() *http.ServeMux {
 // wants of every request that changes state (mode 0600).
 const tokenFile = "http.token"
 
-// httpToken returns the token of the data directory, made (random, 128
+// httpToken returns the token of the data directory, made (rand.Text: 130
 // bits) by the first runner that serves HTTP on it and kept from then on.
 // The caller holds the directory's lock.
 func httpToken(dataDir string) (string, error) {
