@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -245,7 +246,13 @@ func (c *coordinator) onAck(a ackMsg) {
 	m.lastSize.Set(float64(size))
 	m.lastID.Set(float64(p.barrier.ID))
 	m.lastCompleted.Set(float64(now.UnixNano()) / 1e9)
-	c.att.log.Info("checkpoint completed", "checkpoint", p.barrier.ID, "duration", d, "bytes", size, "final", p.barrier.Final)
+	// One line a checkpoint is noise at INFO (the runner's periodic summary
+	// counts them); the final one, which ends a job, is worth saying.
+	level := slog.LevelDebug
+	if p.barrier.Final {
+		level = slog.LevelInfo
+	}
+	c.att.log.Log(context.Background(), level, "checkpoint completed", "checkpoint", p.barrier.ID, "duration", d, "bytes", size, "final", p.barrier.Final)
 	c.att.checkpointCompleted(p.barrier.ID)
 	for _, t := range c.tasks {
 		t.mailbox.postComplete(p.barrier.ID)
