@@ -272,7 +272,7 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 		opt = pebble.Sync
 	}
 	if err := pb.Commit(opt); err != nil {
-		return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+		return fmt.Errorf("apply batch to %q: %w", t.dir, t.pebbleErr(err))
 	}
 	t.mu.Lock()
 	for _, e := range st.touched {

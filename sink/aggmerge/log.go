@@ -125,7 +125,7 @@ func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 	b := uint32(bucket)
 	raw, closer, err := snap.Get(encoding.BucketKey(b))
 	if err != nil {
-		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, err)
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, t.pebbleErr(err))
 	}
 	s, err := encoding.DecodeBucketState(raw)
 	_ = closer.Close()
@@ -157,7 +157,10 @@ func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 			return err
 		}
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, t.pebbleErr(err))
+	}
+	return nil
 }
 
 func (t *Table) readChunk(bucket uint32, k, v []byte, from uint64, e *Entry, fn func(*Entry) error) error {

@@ -22,6 +22,9 @@ func (t *Table) Get(key []agg.Value) (Row, bool, error) {
 		return Row{}, false, err
 	}
 	bucket := uint32(BucketOf(k, t.schema.Buckets))
+	if err := t.checkOpen(); err != nil {
+		return Row{}, false, err
+	}
 	t.mu.RLock()
 	if t.mu.closed {
 		t.mu.RUnlock()
@@ -35,7 +38,7 @@ func (t *Table) Get(key []agg.Value) (Row, bool, error) {
 			return Row{}, false, nil
 		}
 		if err != nil {
-			return Row{}, false, fmt.Errorf("get from %q: %w", t.dir, err)
+			return Row{}, false, fmt.Errorf("get from %q: %w", t.dir, t.pebbleErr(err))
 		}
 		raw = append([]byte(nil), v...)
 		if err := closer.Close(); err != nil {
@@ -80,11 +83,11 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 	}
 	it, err := t.rowIter()
 	if err != nil {
-		return fmt.Errorf("scan %q: %w", t.dir, err)
+		return fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
 	}
 	err = t.scan(it, p, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("scan %q: %w", t.dir, cerr)
+		err = fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(cerr))
 	}
 	return err
 }
@@ -126,7 +129,10 @@ func (t *Table) scan(it *pebble.Iterator, p []byte, fn func(Row) error) error {
 			}
 		}
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
+	}
+	return nil
 }
 
 func hasPrefix(k, p []byte) bool { return len(k) >= len(p) && string(k[:len(p)]) == string(p) }

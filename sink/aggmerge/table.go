@@ -11,6 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
 	"github.com/google/uuid"
@@ -28,6 +29,13 @@ type Options struct {
 	MemTableSize uint64
 	// BlockCacheSize is pebble's block cache in bytes. Default 64 MiB.
 	BlockCacheSize int64
+	// AcceptLogLoss opens a table whose log lost writes that a Sync had
+	// made durable (see LogLoss) instead of refusing it with ErrCorrupt:
+	// for reading what is left, never for writing on.
+	AcceptLogLoss bool
+	// FS is the file system of the table's files. Default vfs.Default;
+	// tests wrap it to inject faults (pebble's vfs/errorfs).
+	FS vfs.FS
 }
 
 func (o Options) withDefaults() Options {
@@ -39,6 +47,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BlockCacheSize == 0 {
 		o.BlockCacheSize = 64 << 20
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
 	}
 	return o
 }
@@ -60,6 +71,14 @@ type Table struct {
 	valTypes []agg.Type
 	funcs    []*agg.Func
 	opts     Options
+	health   *health
+	// logLoss is what checkSynced found, with Options.AcceptLogLoss.
+	logLoss error
+	// synced guards the recorded synced log ends (syncedFile).
+	synced struct {
+		sync.Mutex
+		ends []uint64
+	}
 
 	// scratch is the writers' reusable memory, guarded by writeMu.
 	scratch *applyState
@@ -108,39 +127,46 @@ func Open(dir string, schema Schema, opts Options) (*Table, error) {
 			return nil, fmt.Errorf("open table %q: %w", dir, ErrNoTable)
 		}
 	}
-	cache := pebble.NewCache(opts.BlockCacheSize)
-	defer cache.Unref()
-	db, err := pebble.Open(dir, &pebble.Options{
-		Cache:                       cache,
-		MemTableSize:                opts.MemTableSize,
-		MemTableStopWritesThreshold: 4,
-		L0CompactionThreshold:       4,
-		L0StopWritesThreshold:       24,
-		Logger:                      quietLogger{pebble.DefaultLogger},
-		ErrorIfNotExists:            !given,
-	})
+	rec, found, err := readSynced(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open table %q: %w", dir, err)
+	}
+	wals := walFiles(opts.FS, dir)
+	h := &health{}
+	po := pebbleOptions(opts, given, h)
+	defer po.Cache.Unref()
+	db, err := pebble.Open(dir, po)
 	if !given && errors.Is(err, pebble.ErrDBDoesNotExist) {
 		return nil, fmt.Errorf("open table %q: %w", dir, ErrNoTable)
 	}
+	t := &Table{dir: dir, db: db, opts: opts, health: h}
 	if err != nil {
-		return nil, fmt.Errorf("open table %q: %w", dir, err)
+		return nil, fmt.Errorf("open table %q: %w", dir, t.pebbleErr(err))
 	}
-	t := &Table{dir: dir, db: db, opts: opts}
 	t.mu.appended = make(chan struct{})
 	err = t.load(schema, funcs, given)
 	if err == nil {
+		err = t.checkSynced(rec, found, wals)
+	}
+	if err == nil {
+		err = t.loadRowsAndCache()
+	}
+	if err == nil {
 		err = t.loadWriters()
+	}
+	if err == nil {
+		err = h.err() // what pebble found corrupt meanwhile, in the background
 	}
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("open table %q: %w", dir, err)
+		return nil, fmt.Errorf("open table %q: %w", dir, t.pebbleErr(err))
 	}
 	t.store = rowStore{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go t.storer()
 	return t, nil
 }
 
-// load reads or creates the metadata, the bucket states and the row cache.
+// load reads or creates the metadata and the bucket states.
 func (t *Table) load(schema Schema, funcs []*agg.Func, given bool) error {
 	raw, closer, err := t.db.Get(encoding.MetaKey(metaSchema))
 	switch {
@@ -194,6 +220,7 @@ func (t *Table) create(schema Schema, funcs []*agg.Func) error {
 	_ = b.Set(encoding.MetaKey(metaSchema), raw, nil)
 	_ = b.Set(encoding.MetaKey(metaID), t.id[:], nil)
 	t.mu.buckets = make([]encoding.BucketState, schema.Buckets)
+	t.synced.ends = make([]uint64, schema.Buckets)
 	t.mu.rowsAt = make([]uint64, schema.Buckets)
 	for i := range t.mu.buckets {
 		_ = b.Set(encoding.BucketKey(uint32(i)), encoding.AppendBucketState(nil, encoding.BucketState{}), nil)
@@ -216,15 +243,16 @@ func (t *Table) setSchema(s Schema, funcs []*agg.Func) {
 	}
 }
 
-// loadBuckets reads the bucket states and, when the rows fit, fills the row
-// cache so that a miss means "no such row" without a pebble read.
+// loadBuckets reads the bucket states.
 func (t *Table) loadBuckets() error {
 	t.mu.buckets = make([]encoding.BucketState, t.schema.Buckets)
-	var rows uint64
 	for i := range t.mu.buckets {
 		raw, closer, err := t.db.Get(encoding.BucketKey(uint32(i)))
+		if err = t.pebbleErr(err); err != nil && !errors.Is(err, ErrCorrupt) {
+			err = fmt.Errorf("%w: %v", ErrCorrupt, err) // a bucket state is never missing
+		}
 		if err != nil {
-			return fmt.Errorf("%w: bucket %d state: %v", ErrCorrupt, i, err)
+			return fmt.Errorf("bucket %d state: %w", i, err)
 		}
 		s, err := encoding.DecodeBucketState(raw)
 		_ = closer.Close()
@@ -232,6 +260,19 @@ func (t *Table) loadBuckets() error {
 			return fmt.Errorf("bucket %d state: %w", i, err)
 		}
 		t.mu.buckets[i] = s
+	}
+	return nil
+}
+
+// loadRowsAndCache replays the log into the stored rows and, when the rows
+// fit, fills the row cache so that a miss means "no such row" without a
+// pebble read. A table just created has both already.
+func (t *Table) loadRowsAndCache() error {
+	if t.mu.rowsAt != nil {
+		return nil
+	}
+	var rows uint64
+	for _, s := range t.mu.buckets {
 		rows += s.Rows
 	}
 	if err := t.loadRows(); err != nil {
@@ -269,21 +310,28 @@ func (t *Table) Sync() error {
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
+	ends := t.LogEnds() // before the WAL sync that makes them durable
 	if err := t.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("sync table %q: %w", t.dir, err)
+		return fmt.Errorf("sync table %q: %w", t.dir, t.pebbleErr(err))
+	}
+	if err := t.recordSynced(ends); err != nil {
+		return fmt.Errorf("sync table %q: record the synced log ends: %w", t.dir, err)
 	}
 	t.kickStorer()
 	return nil
 }
 
-// checkOpen returns ErrClosed after Close.
+// checkOpen returns ErrClosed after Close, and the corruption pebble found
+// (ErrCorrupt) once it found one: a damaged table is neither read nor
+// written on.
 func (t *Table) checkOpen() error {
 	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if t.mu.closed {
+	closed := t.mu.closed
+	t.mu.RUnlock()
+	if closed {
 		return ErrClosed
 	}
-	return nil
+	return t.health.err()
 }
 
 // Close closes the table; it waits for a running write. Reads must not run
@@ -370,8 +418,3 @@ func (t *Table) appendKey(dst []byte, key []agg.Value, want int) ([]byte, error)
 	}
 	return encoding.AppendKey(dst, t.keyTypes, vals)
 }
-
-// quietLogger drops pebble's informational logs.
-type quietLogger struct{ pebble.Logger }
-
-func (quietLogger) Infof(string, ...any) {}

@@ -153,7 +153,7 @@ func TestRestoreBaselineBeyondLogEnd(t *testing.T) {
 	items = editItems(t, items, func(s *snapshotState) { s.Baselines[2] = ends[2] + 5 })
 	_, err := openSink(tbl, 0, 1, items)
 	wantRestoreError(t, err, []error{aggmerge.ErrBeyondLogEnd}, tbl.Dir(), "bucket 2",
-		fmt.Sprintf("baseline %d, log end %d", ends[2]+5, ends[2]))
+		fmt.Sprintf("baseline %d, log end %d", ends[2]+5, ends[2]), "lost writes a checkpoint covers (corrupt")
 }
 
 func TestRestoreLogTruncatedBelowBaseline(t *testing.T) {

@@ -235,7 +235,8 @@ func (s *sink[T]) recover(base map[int]uint64) error {
 		}
 		switch {
 		case base[b] > end:
-			return fmt.Errorf("table %s bucket %d: %w: baseline %d, log end %d", t.Dir(), b, aggmerge.ErrBeyondLogEnd, base[b], end)
+			return fmt.Errorf("table %s bucket %d: %w: baseline %d, log end %d: the table lost writes a checkpoint covers (corrupt, or restored from an older copy)",
+				t.Dir(), b, aggmerge.ErrBeyondLogEnd, base[b], end)
 		case base[b] < first && base[b] < end:
 			return fmt.Errorf("table %s bucket %d: %w: baseline %d, log starts at %d", t.Dir(), b, aggmerge.ErrBelowLogStart, base[b], first)
 		}
