@@ -70,6 +70,13 @@ func (f *factory) pebbleOptions(readOnly bool) *pebble.Options {
 		DisableWAL: true,
 		Logger:     logger{f.opts.Logger},
 		ReadOnly:   readOnly,
+		// Corruption that pebble finds is returned by the read that found
+		// it (see pebbleErr), not a fatal error ending the process.
+		EventListener: &pebble.EventListener{
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				f.opts.Logger.Error("pebble state: corrupt file", "file", info.Path, "err", info.Details.Error())
+			},
+		},
 	}
 	// Every checkpoint flushes an sstable and the compactions that follow
 	// rewrite the state: their CPU competes with the tasks, and compressing
@@ -125,7 +132,7 @@ func (b *backend) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("pebble get: %w", err)
+		return nil, false, fmt.Errorf("pebble get: %w", pebbleErr(err))
 	}
 	v = bytes.Clone(v)
 	return v, true, closer.Close()
@@ -183,9 +190,17 @@ func scan(r pebble.Reader, lo, hi []byte, fn func(k, v []byte) error) error {
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("pebble scan: %w", err)
+		return fmt.Errorf("pebble scan: %w", pebbleErr(err))
 	}
 	return nil
+}
+
+// pebbleErr marks the corruption pebble reports as state.ErrCorrupt.
+func pebbleErr(err error) error {
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("%w: %w", state.ErrCorrupt, err)
+	}
+	return err
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix, or
