@@ -15,6 +15,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // Exit codes.
@@ -22,7 +23,7 @@ const (
 	exitOK        = 0
 	exitFailure   = 1 // a runtime failure
 	exitUsage     = 2 // invalid usage or job file
-	exitRestore   = 3 // restore failed or state incompatible
+	exitRestore   = 3 // restore failed, state incompatible or corrupt
 	exitInterrupt = 130
 )
 
@@ -47,7 +48,8 @@ func codeOf(err error) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, runtime.ErrRestore), errors.Is(err, writer.ErrState), errors.Is(err, aggmerge.ErrSchemaMismatch):
+	case errors.Is(err, runtime.ErrRestore), errors.Is(err, writer.ErrState), errors.Is(err, aggmerge.ErrSchemaMismatch),
+		errors.Is(err, aggmerge.ErrCorrupt), errors.Is(err, state.ErrCorrupt):
 		return exitRestore
 	}
 	return exitFailure

@@ -20,19 +20,21 @@ import (
 
 type tableFlags struct {
 	dataDir, table, key, output, address string
+	// allowLostWrites reads a table whose log lost synced writes, warning.
+	allowLostWrites bool
 }
 
 func newTableCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "table", Short: "Read a table (from a stopped runner's data directory, or through a running one), or release a removed job's hold on it"}
 	var f tableFlags
 	scan := &cobra.Command{Use: "scan", Short: "Print every row (or the row of --key)",
-		RunE: func(cmd *cobra.Command, _ []string) error { return tableRead(cmd.OutOrStdout(), &f) }}
+		RunE: func(cmd *cobra.Command, _ []string) error { return tableRead(cmd.OutOrStdout(), cmd.ErrOrStderr(), &f) }}
 	get := &cobra.Command{Use: "get", Short: "Print the row of --key",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.key == "" {
 				return usageErr("table get needs --key")
 			}
-			return tableRead(cmd.OutOrStdout(), &f)
+			return tableRead(cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		}}
 	for _, c := range []*cobra.Command{scan, get} {
 		fl := c.Flags()
@@ -41,6 +43,7 @@ func newTableCmd() *cobra.Command {
 		fl.StringVar(&f.key, "key", "", `primary key as JSON, e.g. {"region":"eu"}`)
 		fl.StringVarP(&f.output, "output", "o", "table", "table, json (one object per line) or csv")
 		fl.StringVar(&f.address, "address", "", "read through the runner at this HTTP address, host:port or https://host:port (default: the runner using --data-dir, if any)")
+		fl.BoolVar(&f.allowLostWrites, "allow-lost-writes", false, "read a table whose log lost synced writes (refused by default), with a warning")
 		_ = c.MarkFlagRequired("table")
 		c.Args = noArgs
 		c.PreRunE = func(*cobra.Command, []string) error { return checkName("table", f.table) }
@@ -101,8 +104,10 @@ func forgetJob(t *aggmerge.Table, job string) (int, error) {
 
 // tableRead prints the rows: through the HTTP API of the runner that uses
 // the data directory (pebble lets one process open a table), else from the
-// table's files.
-func tableRead(w io.Writer, f *tableFlags) error {
+// table's files. A table whose log lost synced writes is refused
+// (aggmerge.ErrCorrupt), or with --allow-lost-writes printed after a
+// warning on stderr.
+func tableRead(w, stderr io.Writer, f *tableFlags) error {
 	out, err := newRowWriter(w, f.output)
 	if err != nil {
 		return err
@@ -115,11 +120,14 @@ func tableRead(w io.Writer, f *tableFlags) error {
 		return remoteRows(e, f.table, f.key, out)
 	}
 	dir := build.TableDir(f.dataDir, f.table)
-	t, err := aggmerge.Open(dir, aggmerge.Schema{}, aggmerge.Options{})
+	t, err := aggmerge.Open(dir, aggmerge.Schema{}, aggmerge.Options{AcceptLogLoss: f.allowLostWrites})
 	if err != nil {
 		return err
 	}
 	defer t.Close()
+	if err := t.LogLoss(); err != nil {
+		fmt.Fprintf(stderr, "runner: WARNING: table %q is damaged, these rows miss writes that were synced: %v\n", f.table, err)
+	}
 	out.header(columns(t.Schema()))
 	if err := readRows(t, f.key, func(cells []string) error { return out.row(cells) }); err != nil {
 		return err

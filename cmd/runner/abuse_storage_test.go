@@ -1,0 +1,170 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ebbflow/ebbflow/pipelines/build"
+)
+
+// stoppedQuickstart runs the quickstart with a bounded generator until
+// every paid order is in the table, stops it gracefully and returns the
+// data directory and the orders the table holds.
+func stoppedQuickstart(t *testing.T) (dir, orders string) {
+	t.Helper()
+	const count = 600
+	dir = t.TempDir()
+	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=2000"}
+	want, _ := quickstartOracle(t, sets, count)
+	args := []string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	c := start(t, nil, args...)
+	waitFor(t, c, 60*time.Second, "every paid order in the table", func() bool {
+		return liveRunner(dir) != "" && totalOrders(scanJSON(t, dir, "revenue", "region")) == totalOrders(want)
+	})
+	stopGracefully(t, c)
+	return dir, totalOrders(want)
+}
+
+// newestTableFile returns the highest-numbered file of pebble's with
+// suffix in a table's directory.
+func newestTableFile(t *testing.T, tableDir, suffix string) string {
+	t.Helper()
+	ents, err := os.ReadDir(tableDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no %s file in %s", suffix, tableDir)
+	}
+	slices.Sort(names)
+	return filepath.Join(tableDir, names[len(names)-1])
+}
+
+// wantOneLine checks that a failed command said why in one "runner:" line
+// naming every one of names, without a Go stack or pebble's own output.
+func wantOneLine(t *testing.T, what, stderr string, names ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "runner: ") || strings.Contains(stderr, "goroutine ") || strings.Contains(stderr, ".go:") {
+		t.Fatalf("%s: stderr is not one runner line:\n%s", what, stderr)
+	}
+	for _, n := range names {
+		if !strings.Contains(last, n) {
+			t.Errorf("%s: %q does not name %q", what, last, n)
+		}
+	}
+}
+
+// TestAbuseTruncatedWAL truncates the write-ahead log of a stopped
+// runner's table, whose tail pebble silently cuts: "table scan" refuses the
+// table (exit 3) naming the WAL, the bucket and the offsets, prints what is
+// left only with --allow-lost-writes and a warning, and "run" refuses it too.
+func TestAbuseTruncatedWAL(t *testing.T) {
+	dir, orders := stoppedQuickstart(t)
+	tableDir := build.TableDir(dir, "revenue")
+	wal := newestTableFile(t, tableDir, ".log")
+	info, err := os.Stat(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(wal, info.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runCLIErr(t, nil, "table", "scan", "--data-dir", dir, "--table", "revenue", "-o", "json")
+	if code != exitRestore {
+		t.Fatalf("table scan of a table that lost synced writes: exit %d, want %d; stderr:\n%s", code, exitRestore, stderr)
+	}
+	wantOneLine(t, "table scan", stderr, tableDir, filepath.Base(wal), "lost synced writes", "bucket ", "synced up to ")
+
+	out, stderr, code := runCLIErr(t, nil, "table", "scan", "--data-dir", dir, "--table", "revenue", "-o", "json", "--allow-lost-writes")
+	if code != 0 || !strings.Contains(stderr, "WARNING") || !strings.Contains(stderr, "lost synced writes") {
+		t.Fatalf("table scan --allow-lost-writes: exit %d, stderr:\n%s", code, stderr)
+	}
+	rows := map[string]map[string]any{}
+	for line := range strings.Lines(out) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		rows[fmt.Sprint(m["region"])] = m
+	}
+	if left := totalOrders(rows); left == orders {
+		t.Fatalf("the damaged table still holds all %s orders: the test did not cut the log", orders)
+	}
+
+	c := start(t, nil, "run", "-f", quickstart, "--data-dir", dir, "--http-address", "off", "--summary", "0")
+	if code := c.exitCode(t, 60*time.Second); code != exitRestore {
+		t.Fatalf("run on a table that lost synced writes: exit %d, want %d; log:\n%s", code, exitRestore, c.stderr.String())
+	}
+	if !strings.Contains(c.stderr.String(), "runner: ") || !strings.Contains(c.stderr.String(), "lost synced writes") {
+		t.Fatalf("run: no runner line about the lost writes; log:\n%s", c.stderr.String())
+	}
+}
+
+// TestAbuseCorruptSST flips bytes in an sstable of a stopped runner's
+// table: "table scan" and "run" end with one "runner:" line naming the file
+// and exit 3, instead of pebble's fatal logger's stack dump.
+func TestAbuseCorruptSST(t *testing.T) {
+	dir, _ := stoppedQuickstart(t)
+	tableDir := build.TableDir(dir, "revenue")
+	// The quickstart's table is small: flush its memtable into an sstable.
+	db, err := pebble.Open(tableDir, &pebble.Options{Logger: testLogger{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sst := newestTableFile(t, tableDir, ".sst")
+	raw, err := os.ReadFile(sst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 64; i < len(raw)/2; i += 7 {
+		raw[i] ^= 0xff
+	}
+	if err := os.WriteFile(sst, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runCLIErr(t, nil, "table", "scan", "--data-dir", dir, "--table", "revenue")
+	if code != exitRestore {
+		t.Fatalf("table scan of a corrupt sstable: exit %d, want %d; stderr:\n%s", code, exitRestore, stderr)
+	}
+	wantOneLine(t, "table scan", stderr, sst, "corrupt")
+
+	c := start(t, nil, "run", "-f", quickstart, "--data-dir", dir, "--http-address", "off", "--summary", "0")
+	if code := c.exitCode(t, 60*time.Second); code != exitRestore {
+		t.Fatalf("run on a corrupt sstable: exit %d, want %d; log:\n%s", code, exitRestore, c.stderr.String())
+	}
+	if log := c.stderr.String(); !strings.Contains(log, "runner: ") || !strings.Contains(log, sst) || strings.Contains(log, "goroutine ") {
+		t.Fatalf("run: no runner line naming %s, or a stack; log:\n%s", sst, log)
+	}
+}
+
+// testLogger sends pebble's messages to the test log.
+type testLogger struct{ t *testing.T }
+
+func (l testLogger) Infof(format string, args ...any)  { l.t.Logf(format, args...) }
+func (l testLogger) Errorf(format string, args ...any) { l.t.Logf(format, args...) }
+func (l testLogger) Fatalf(format string, args ...any) { l.t.Fatalf(format, args...) }
