@@ -53,6 +53,9 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	if err := t.checkWriter(b); err != nil {
 		return Result{}, err
 	}
+	if err := t.space.check(t.opts, t.dir); err != nil {
+		return Result{}, fmt.Errorf("apply batch to %q: %w", t.dir, err)
+	}
 	t.mu.RLock()
 	storeErr := t.mu.storeErr
 	t.mu.RUnlock()

@@ -14,4 +14,5 @@ var (
 	ErrBeyondLogEnd   = errors.New("aggmerge: offset beyond log end")
 	ErrBelowLogStart  = errors.New("aggmerge: offset below log start (truncated)")
 	ErrCorrupt        = errors.New("aggmerge: corrupt table data")
+	ErrNoSpace        = errors.New("aggmerge: free disk space below the table's reserve")
 )

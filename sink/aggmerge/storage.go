@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -203,3 +204,32 @@ func walFiles(fs vfs.FS, dir string) []string {
 // ErrCorrupt that Open would otherwise have returned (nil when the log lost
 // nothing).
 func (t *Table) LogLoss() error { return t.logLoss }
+
+// spaceGuard refuses writes while the free space of the table's file system
+// is below Options.MinFreeBytes. Once it found enough, it asks the file
+// system again only after spaceEvery (at the rate a table writes, far less
+// than the reserve); while short of space, at every write.
+type spaceGuard struct {
+	mu      sync.Mutex
+	okUntil time.Time
+}
+
+const spaceEvery = 100 * time.Millisecond
+
+// check returns ErrNoSpace, saying how much is free where, while the free
+// space is below the reserve. A file system that cannot tell its free
+// space is not guarded.
+func (g *spaceGuard) check(opts Options, dir string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if now.Before(g.okUntil) {
+		return nil
+	}
+	if u, err := opts.FS.GetDiskUsage(dir); err == nil && u.AvailBytes < opts.MinFreeBytes {
+		return fmt.Errorf("%w: %d bytes free on the file system of %s, the table keeps %d in reserve: free space, then restart (nothing was written)",
+			ErrNoSpace, u.AvailBytes, dir, opts.MinFreeBytes)
+	}
+	g.okUntil = now.Add(spaceEvery)
+	return nil
+}

@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -164,5 +167,86 @@ func TestCorruptSST(t *testing.T) {
 	_, err = Open(dir, Schema{}, Options{})
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("open of a table with a corrupt sstable: %v, want one line of ErrCorrupt naming %s", err, sst)
+	}
+}
+
+// lowSpaceFS is the real file system, but tells the free space it is set to.
+type lowSpaceFS struct {
+	vfs.FS
+	avail atomic.Uint64
+}
+
+func (fs *lowSpaceFS) GetDiskUsage(path string) (vfs.DiskUsage, error) {
+	u, err := fs.FS.GetDiskUsage(path)
+	u.AvailBytes = fs.avail.Load()
+	return u, err
+}
+
+// TestNoSpace fills the table's file system below its reserve while a
+// writer writes: Apply refuses with ErrNoSpace naming the directory and
+// writes nothing; once space is freed the writes go on, and the table
+// reopened equals the writes that were accepted.
+func TestNoSpace(t *testing.T) {
+	dir := t.TempDir()
+	fs := &lowSpaceFS{FS: vfs.Default}
+	fs.avail.Store(1 << 40)
+	opts := Options{FS: fs, MinFreeBytes: 1 << 30}
+	tbl, err := Open(dir, smallSchema(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	b, _ := tbl.NewBatch(Writer{ID: "w"}, nil)
+	write := func(i int) error {
+		k := fmt.Sprint("k", i%7)
+		_ = b.Upsert(Aggregate, key(k), []agg.Value{agg.IntValue(int64(i)), agg.NullValue()})
+		_, err := tbl.Apply(b)
+		b.Reset()
+		if err == nil {
+			want[k] += int64(i)
+		}
+		return err
+	}
+	for i := range 20 {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.avail.Store(100 << 20)
+	tbl.space.okUntil = time.Time{} // the guard would look again within spaceEvery
+	ends := tbl.LogEnds()
+	err = write(20)
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "104857600 bytes free") {
+		t.Fatalf("write below the reserve: %v, want ErrNoSpace naming %s and the free space", err, dir)
+	}
+	if !slices.Equal(tbl.LogEnds(), ends) {
+		t.Fatalf("a refused write appended: log ends %v, were %v", tbl.LogEnds(), ends)
+	}
+	if err := tbl.Sync(); err != nil { // what was written is made durable
+		t.Fatal(err)
+	}
+	fs.avail.Store(1 << 40)
+	for i := 21; i < 40; i++ {
+		if err := write(i); err != nil {
+			t.Fatalf("write after space was freed: %v", err)
+		}
+	}
+	if err := tbl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err = Open(dir, Schema{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	got := map[string]int64{}
+	if err := tbl.Scan(func(r Row) error {
+		got[r.Key[0].Str()] = r.Values[0].Int()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table %v, want %v", got, want)
 	}
 }

@@ -36,6 +36,12 @@ type Options struct {
 	// FS is the file system of the table's files. Default vfs.Default;
 	// tests wrap it to inject faults (pebble's vfs/errorfs).
 	FS vfs.FS
+	// MinFreeBytes is the free space the table keeps in reserve on its file
+	// system: below it, Apply refuses with ErrNoSpace and writes nothing,
+	// rather than let pebble run out of space (it panics when a write to
+	// its WAL or manifest fails). Default twice the memtable size plus
+	// 16 MiB (80 MiB), room for a memtable flush and closing cleanly.
+	MinFreeBytes uint64
 }
 
 func (o Options) withDefaults() Options {
@@ -50,6 +56,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FS == nil {
 		o.FS = vfs.Default
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = 2*o.MemTableSize + 16<<20
 	}
 	return o
 }
@@ -79,6 +88,7 @@ type Table struct {
 		sync.Mutex
 		ends []uint64
 	}
+	space spaceGuard
 
 	// scratch is the writers' reusable memory, guarded by writeMu.
 	scratch *applyState
