@@ -15,6 +15,11 @@ import (
 	"github.com/ebbflow/ebbflow/pipelines/build"
 )
 
+// tableMinFreeEnv sets, in a runner child, the free space its tables keep
+// in reserve (build.Options.TableMinFreeBytes): more than any disk has
+// makes the data directory look full to them.
+const tableMinFreeEnv = "EBBFLOW_TEST_TABLE_MIN_FREE"
+
 // stoppedQuickstart runs the quickstart with a bounded generator until
 // every paid order is in the table, stops it gracefully and returns the
 // data directory and the orders the table holds.
@@ -168,3 +173,56 @@ type testLogger struct{ t *testing.T }
 func (l testLogger) Infof(format string, args ...any)  { l.t.Logf(format, args...) }
 func (l testLogger) Errorf(format string, args ...any) { l.t.Logf(format, args...) }
 func (l testLogger) Fatalf(format string, args ...any) { l.t.Fatalf(format, args...) }
+
+// TestAbuseDiskFull runs the quickstart, stops it half way, restarts it on
+// a data directory whose tables find it full (their reserve is more than
+// the disk has): the runner exits 1 with one "runner:" line naming the
+// table's directory and the write, without a Go stack. Restarted with the
+// space "freed", it finishes with exactly the totals of the input, while
+// /readyz warns about the free space and /metrics exports it.
+func TestAbuseDiskFull(t *testing.T) {
+	const count = 800
+	dir := t.TempDir()
+	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=400"}
+	want, _ := quickstartOracle(t, sets, count)
+	args := []string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	c := start(t, nil, args...)
+	waitFor(t, c, 60*time.Second, "some orders in the table", func() bool {
+		return liveRunner(dir) != "" && totalOrders(scanJSON(t, dir, "revenue", "region")) != "0"
+	})
+	stopGracefully(t, c)
+	if got := totalOrders(scanJSON(t, dir, "revenue", "region")); got == totalOrders(want) {
+		t.Fatalf("the first run wrote all %s orders: stop it earlier", got)
+	}
+
+	c = start(t, []string{tableMinFreeEnv + "=" + fmt.Sprint(uint64(1)<<62)}, args...)
+	if code := c.exitCode(t, 60*time.Second); code != exitFailure {
+		t.Fatalf("run on a full disk: exit %d, want %d; log:\n%s", code, exitFailure, c.stderr.String())
+	}
+	wantOneLine(t, "run on a full disk", c.stderr.String(), build.TableDir(dir, "revenue"), "apply batch", "bytes free", "reserve")
+
+	c = start(t, nil, append(args, "--min-free-space", fmt.Sprint(uint64(1)<<62))...)
+	var addr string
+	waitFor(t, c, 60*time.Second, "the runner's address", func() bool { addr = liveRunner(dir); return addr != "" })
+	if _, body := httpGet(t, "http://"+addr+"/readyz"); !strings.Contains(body, `"warnings"`) || !strings.Contains(body, "below --min-free-space") {
+		t.Errorf("/readyz without a free-space warning: %s", body)
+	}
+	if _, metrics := httpGet(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "ebbflow_data_dir_free_bytes{") {
+		t.Errorf("/metrics has no ebbflow_data_dir_free_bytes")
+	}
+	waitFor(t, c, 60*time.Second, "every paid order in the table", func() bool {
+		return totalOrders(scanJSON(t, dir, "revenue", "region")) == totalOrders(want)
+	})
+	stopGracefully(t, c)
+	got := scanJSON(t, dir, "revenue", "region")
+	for region, w := range want {
+		for _, col := range []string{"revenue_cents", "orders", "largest"} {
+			if fmt.Sprint(got[region][col]) != fmt.Sprint(w[col]) {
+				t.Errorf("region %s %s = %v, want %v", region, col, got[region][col], w[col])
+			}
+		}
+	}
+}

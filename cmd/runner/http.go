@@ -388,7 +388,11 @@ func (r *runner) readyz(w http.ResponseWriter, _ *http.Request) {
 			phase = "unhealthy"
 		}
 	}
-	writeJSON(w, code, map[string]any{"phase": phase, "progress": float64(ready) / float64(max(len(r.jobs), 1)), "jobs": jobs})
+	body := map[string]any{"phase": phase, "progress": float64(ready) / float64(max(len(r.jobs), 1)), "jobs": jobs}
+	if warn := lowSpaceWarning(r.dataDir, r.flags.minFreeSpace); warn != "" {
+		body["warnings"] = []string{warn}
+	}
+	writeJSON(w, code, body)
 }
 
 func (r *runner) apiJobs(w http.ResponseWriter, _ *http.Request) {

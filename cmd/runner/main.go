@@ -48,6 +48,8 @@ func codeOf(err error) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.Is(err, aggmerge.ErrNoSpace): // a runtime failure, also when a restore met it
+		return exitFailure
 	case errors.Is(err, runtime.ErrRestore), errors.Is(err, writer.ErrState), errors.Is(err, aggmerge.ErrSchemaMismatch),
 		errors.Is(err, aggmerge.ErrCorrupt), errors.Is(err, state.ErrCorrupt):
 		return exitRestore

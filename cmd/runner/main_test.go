@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		testOptions.SyncTableWrites = os.Getenv(syncWritesEnv) == "1"
 		testOptions.UnsafeSkipUndo = os.Getenv(skipUndoEnv) == "1"
+		testOptions.TableMinFreeBytes, _ = strconv.ParseUint(os.Getenv(tableMinFreeEnv), 10, 64)
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

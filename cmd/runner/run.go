@@ -27,7 +27,10 @@ import (
 // (see the chained crash tests): SyncTableWrites so that a SIGKILL leaves
 // writes past the last checkpoint for undo, UnsafeSkipUndo to prove that
 // the test detects double counting.
-var testOptions struct{ SyncTableWrites, UnsafeSkipUndo bool }
+var testOptions struct {
+	SyncTableWrites, UnsafeSkipUndo bool
+	TableMinFreeBytes               uint64 // a reserve no disk has, to fill it (TestAbuseDiskFull)
+}
 
 type runFlags struct {
 	files          []string
@@ -39,6 +42,7 @@ type runFlags struct {
 	logFormat      string
 	summary        time.Duration
 	embeddedPort   int
+	minFreeSpace   uint64
 }
 
 func newRunCmd() *cobra.Command {
@@ -60,6 +64,7 @@ func newRunCmd() *cobra.Command {
 	fl.StringVar(&f.logFormat, "log-format", "", "text or json (default: the jobs' logging.format)")
 	fl.DurationVar(&f.summary, "summary", 5*time.Second, "how often to log a summary line (0: never)")
 	fl.IntVar(&f.embeddedPort, "embedded-kafka-port", 0, "port of the embedded broker (0: any free one)")
+	fl.Uint64Var(&f.minFreeSpace, "min-free-space", 1<<30, "bytes free in the data directory below which /readyz warns")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
@@ -112,9 +117,10 @@ func run(ctx context.Context, f *runFlags) error {
 	defer unlock()
 
 	r.reg = prometheus.NewRegistry()
-	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(),
+		freeSpaceGauge(r.dataDir))
 	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: f.embeddedPort,
-		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo})
+		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo, TableMinFreeBytes: testOptions.TableMinFreeBytes})
 	defer func() {
 		if err := r.env.Close(); err != nil {
 			r.log.Error("close", "err", err)

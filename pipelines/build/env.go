@@ -41,6 +41,9 @@ type Options struct {
 	// (writer.Config.UnsafeSkipUndo). It exists for tests that prove a crash
 	// test detects double counting; never set it otherwise.
 	UnsafeSkipUndo bool
+	// TableMinFreeBytes is the free space the tables keep in reserve
+	// (aggmerge.Options.MinFreeBytes; 0: its default).
+	TableMinFreeBytes uint64
 }
 
 // Env is what the jobs of one runner share.
@@ -123,7 +126,8 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		t, err := aggmerge.Open(TableDir(e.opts.DataDir, name), *schemas[name], aggmerge.Options{SyncWrites: e.opts.SyncTableWrites})
+		t, err := aggmerge.Open(TableDir(e.opts.DataDir, name), *schemas[name], aggmerge.Options{SyncWrites: e.opts.SyncTableWrites,
+			MinFreeBytes: e.opts.TableMinFreeBytes})
 		if err != nil {
 			return err
 		}
