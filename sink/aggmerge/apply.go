@@ -2,6 +2,7 @@ package aggmerge
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -50,7 +51,8 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	if err := t.checkOpen(); err != nil {
 		return Result{}, err
 	}
-	if err := t.checkWriter(b); err != nil {
+	wrote, err := t.checkWriter(b)
+	if err != nil {
 		return Result{}, err
 	}
 	if err := t.space.check(t.opts, t.dir); err != nil {
@@ -80,7 +82,7 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	for _, m := range b.marks {
 		st.record(m.bucket, encoding.Record{Op: encoding.OpMarker, Marker: m.m}, 0)
 	}
-	if err := t.commit(st, b, &res); err != nil {
+	if err := t.commit(st, b, &res, wrote); err != nil {
 		return Result{}, err
 	}
 	return res, nil
@@ -242,8 +244,9 @@ func allNull(vals []agg.Value) bool {
 
 // commit writes the log chunks and bucket states in one pebble batch, then
 // updates the cache, whose changed rows stay dirty until the storer stores
-// them (see rows.go), and the in-memory bucket states.
-func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
+// them (see rows.go), and the in-memory bucket states. wrote, if not nil,
+// is the writer's registration to store with its first change of a row.
+func (t *Table) commit(st *applyState, b *Batch, res *Result, wrote *Registration) error {
 	if len(st.touched) == 0 && len(st.used) == 0 {
 		return nil
 	}
@@ -270,6 +273,18 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
 		}
 	}
+	if len(st.touched) == 0 {
+		wrote = nil // markers only
+	}
+	if wrote != nil {
+		raw, err := json.Marshal(*wrote)
+		if err != nil {
+			return err
+		}
+		if err := pb.Set(encoding.MetaKey(metaWriterPrefix+wrote.Writer), raw, nil); err != nil {
+			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+		}
+	}
 	opt := pebble.NoSync
 	if t.opts.SyncWrites {
 		opt = pebble.Sync
@@ -287,6 +302,9 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result) error {
 	}
 	for i, bk := range st.used {
 		t.mu.buckets[bk] = states[i]
+	}
+	if wrote != nil {
+		t.mu.writers[wrote.Writer] = *wrote
 	}
 	close(t.mu.appended)
 	t.mu.appended = make(chan struct{})

@@ -21,11 +21,22 @@ var (
 // writer registers before it writes, so that a zombie of an older epoch is
 // fenced and two jobs cannot write the same columns. A registration
 // outlives restarts; only Unregister removes it.
+//
+// It also records what the writer did: Wrote is set in the same pebble
+// batch as its first write that changes a row (so it is never lost while
+// the write is kept), and Checkpoint is the last checkpoint it committed
+// (RecordCheckpoint). A writer that starts without state while Wrote is set
+// cannot undo what it wrote; ForgetWrites clears Wrote once its writes
+// were all taken back.
 type Registration struct {
 	Writer  string   `json:"writer"`
 	Job     string   `json:"job"`
 	Columns []string `json:"columns,omitempty"` // empty: every value column
 	Epoch   uint64   `json:"epoch"`
+	Wrote   bool     `json:"wrote,omitempty"`
+	// Committed says that Checkpoint is set.
+	Committed  bool   `json:"committed,omitempty"`
+	Checkpoint uint64 `json:"checkpoint,omitempty"`
 }
 
 const metaWriterPrefix = "writer/"
@@ -66,18 +77,71 @@ func (t *Table) Register(job, writer string, columns []string) (uint64, error) {
 				writer, job, display(cols), ErrColumnConflict, o.Writer, o.Job, display(o.Columns))
 		}
 	}
-	reg := Registration{Writer: writer, Job: job, Columns: cols, Epoch: prev.Epoch + 1}
-	raw, err := json.Marshal(reg)
-	if err != nil {
-		return 0, err
-	}
-	if err := t.db.Set(encoding.MetaKey(metaWriterPrefix+writer), raw, pebble.Sync); err != nil {
+	reg := prev // what it did is kept
+	reg.Writer, reg.Job, reg.Columns, reg.Epoch = writer, job, cols, prev.Epoch+1
+	if err := t.putWriterLocked(reg, pebble.Sync); err != nil {
 		return 0, fmt.Errorf("register writer %q: %w", writer, err)
 	}
-	t.mu.Lock()
-	t.mu.writers[writer] = reg
-	t.mu.Unlock()
 	return reg.Epoch, nil
+}
+
+// RecordCheckpoint records checkpoint as the last one w committed
+// (unsynced: a crash keeps the one before). An older epoch is ErrFenced.
+func (t *Table) RecordCheckpoint(w Writer, checkpoint uint64) error {
+	return t.updateWriter(w.ID, func(r *Registration) error {
+		if w.Epoch < r.Epoch {
+			return fmt.Errorf("%w (epoch %d, registered %d)", ErrFenced, w.Epoch, r.Epoch)
+		}
+		r.Committed, r.Checkpoint = true, checkpoint
+		return nil
+	}, pebble.NoSync)
+}
+
+// ForgetWrites records that everything writer wrote was taken back (a
+// reset): it stays registered with its epoch, as a writer that has neither
+// written nor committed a checkpoint.
+func (t *Table) ForgetWrites(writer string) error {
+	return t.updateWriter(writer, func(r *Registration) error {
+		r.Wrote, r.Committed, r.Checkpoint = false, false, 0
+		return nil
+	}, pebble.Sync)
+}
+
+// updateWriter changes writer's registration with edit and stores it.
+func (t *Table) updateWriter(writer string, edit func(*Registration) error, opt *pebble.WriteOptions) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	t.mu.RLock()
+	reg, ok := t.mu.writers[writer]
+	t.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("update writer %q of %q: %w: not registered", writer, t.dir, ErrInvalid)
+	}
+	if err := edit(&reg); err != nil {
+		return fmt.Errorf("update writer %q of %q: %w", writer, t.dir, err)
+	}
+	if err := t.putWriterLocked(reg, opt); err != nil {
+		return fmt.Errorf("update writer %q of %q: %w", writer, t.dir, err)
+	}
+	return nil
+}
+
+// putWriterLocked stores a registration; writeMu is held.
+func (t *Table) putWriterLocked(reg Registration, opt *pebble.WriteOptions) error {
+	raw, err := json.Marshal(reg)
+	if err != nil {
+		return err
+	}
+	if err := t.db.Set(encoding.MetaKey(metaWriterPrefix+reg.Writer), raw, opt); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.mu.writers[reg.Writer] = reg
+	t.mu.Unlock()
+	return nil
 }
 
 // Unregister removes a writer's registration (an operator command: the
@@ -111,26 +175,29 @@ func (t *Table) Writers() []Registration {
 
 // checkWriter fences batches of a registered writer with an older epoch or
 // with columns it did not register. Unregistered writers pass: the table is
-// usable without the exactly-once writer.
-func (t *Table) checkWriter(b *Batch) error {
+// usable without the exactly-once writer. It returns the registration to
+// store with the batch, its Wrote set, when the writer is registered and
+// has not written yet (nil otherwise); writeMu is held.
+func (t *Table) checkWriter(b *Batch) (*Registration, error) {
 	t.mu.RLock()
 	reg, ok := t.mu.writers[b.writer.ID]
 	t.mu.RUnlock()
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	if b.writer.Epoch < reg.Epoch {
-		return fmt.Errorf("apply batch of writer %q epoch %d to %q: %w (epoch %d)", b.writer.ID, b.writer.Epoch, t.dir, ErrFenced, reg.Epoch)
-	}
-	if len(reg.Columns) == 0 {
-		return nil
+		return nil, fmt.Errorf("apply batch of writer %q epoch %d to %q: %w (epoch %d)", b.writer.ID, b.writer.Epoch, t.dir, ErrFenced, reg.Epoch)
 	}
 	for _, c := range b.cols {
-		if name := t.schema.Values[c].Name; !slices.Contains(reg.Columns, name) {
-			return fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", b.writer.ID, t.dir, ErrInvalid, name)
+		if name := t.schema.Values[c].Name; len(reg.Columns) > 0 && !slices.Contains(reg.Columns, name) {
+			return nil, fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", b.writer.ID, t.dir, ErrInvalid, name)
 		}
 	}
-	return nil
+	if reg.Wrote {
+		return nil, nil
+	}
+	reg.Wrote = true
+	return &reg, nil
 }
 
 // canonicalColumns checks the names and returns them sorted; naming every

@@ -83,3 +83,76 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("column freed by Unregister: %v", err)
 	}
 }
+
+// TestRegistryRecordsWrites: a registration says whether its writer has
+// changed a row (stored with that write, so it survives a reopen and is
+// kept by a re-registration) and the last checkpoint it committed;
+// ForgetWrites clears both, keeping the epoch.
+func TestRegistryRecordsWrites(t *testing.T) {
+	dir := t.TempDir()
+	tbl, err := Open(dir, smallSchema(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { tbl.Close() }()
+	epoch, err := tbl.Register("job-a", "a/sink#0", []string{"n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Writer{ID: "a/sink#0", Epoch: epoch}
+	reg := func() Registration {
+		t.Helper()
+		for _, r := range tbl.Writers() {
+			if r.Writer == w.ID {
+				return r
+			}
+		}
+		t.Fatalf("writer %s not registered", w.ID)
+		return Registration{}
+	}
+	b, err := tbl.NewBatch(w, []string{"n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Mark(0, Marker{Kind: MarkerCommit, Checkpoint: 1}); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, tbl, b)
+	if r := reg(); r.Wrote {
+		t.Fatalf("a marker counted as a write: %+v", r)
+	}
+	_ = b.Upsert(Aggregate, key("k"), []agg.Value{agg.IntValue(0)})
+	_ = b.Upsert(Aggregate, key("k"), []agg.Value{agg.IntValue(0)})
+	mustApply(t, tbl, b) // inserts k with n = 0
+	if r := reg(); !r.Wrote || r.Committed {
+		t.Fatalf("after a write: %+v, want wrote and no checkpoint", r)
+	}
+	if err := tbl.RecordCheckpoint(w, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.RecordCheckpoint(Writer{ID: w.ID, Epoch: epoch - 1}, 9); !errors.Is(err, ErrFenced) {
+		t.Fatalf("checkpoint of an older epoch: %v, want ErrFenced", err)
+	}
+	_ = tbl.Close()
+	if tbl, err = Open(dir, smallSchema(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := reg(); !r.Wrote || !r.Committed || r.Checkpoint != 7 {
+		t.Fatalf("after a reopen: %+v, want wrote, checkpoint 7", r)
+	}
+	if w.Epoch, err = tbl.Register("job-a", w.ID, []string{"n"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := reg(); !r.Wrote || r.Checkpoint != 7 || r.Epoch != epoch+1 {
+		t.Fatalf("after a re-registration: %+v, want wrote, checkpoint 7, epoch %d", r, epoch+1)
+	}
+	if err := tbl.ForgetWrites(w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := reg(); r.Wrote || r.Committed || r.Epoch != w.Epoch {
+		t.Fatalf("after ForgetWrites: %+v, want no write, no checkpoint, epoch %d", r, w.Epoch)
+	}
+	if err := tbl.ForgetWrites("nobody#0"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ForgetWrites of an unregistered writer: %v", err)
+	}
+}
