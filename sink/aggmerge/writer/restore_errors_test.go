@@ -248,9 +248,10 @@ func TestRestoreBucketMissing(t *testing.T) {
 }
 
 // TestRestoreNoState: a checkpoint without the sink's state starts a sink
-// new to the job afresh (it never wrote: nothing to undo), but refuses the
-// restore once the sink's writer has registered with the table, as it may
-// have written past the checkpoint with no baseline to undo from.
+// new to the job afresh (it never wrote: nothing to undo), also once it
+// registered and checkpointed, but refuses the restore once the sink's
+// writer has written to the table: what it wrote past the checkpoint has
+// no baseline to undo from.
 func TestRestoreNoState(t *testing.T) {
 	tbl := openSumTable(t, t.TempDir())
 	writeKeys(t, tbl, 4, 5)
@@ -268,8 +269,17 @@ func TestRestoreNoState(t *testing.T) {
 	if _, err := s.Snapshot(8); err != nil {
 		t.Fatalf("the new sink's first checkpoint: %v", err)
 	}
+	if _, err = openSink(tbl, 0, 1, [][]byte{}); err != nil {
+		t.Fatalf("a sink that registered but never wrote: %v", err)
+	}
+	writeKeys(t, tbl, 4, 5) // as the sink's writer, jobA/table#0
 	_, err = openSink(tbl, 0, 1, [][]byte{})
-	wantRestoreError(t, err, []error{ErrState}, tbl.Dir(), "holds no baseline")
+	wantRestoreError(t, err, []error{ErrState}, tbl.Dir(), "sink jobA/table", "writer jobA/table#0",
+		"no checkpoint committed", "the restored checkpoint 7 holds no state of the sink")
+	var lost *LostStateError
+	if !errors.As(err, &lost) || !slices.Equal(lost.Writers, []string{"jobA/table#0"}) {
+		t.Fatalf("error %v is not a LostStateError of writer jobA/table#0", err)
+	}
 }
 
 // TestRestoreErrorUndoesNothing checks that a failed restore leaves every
@@ -293,14 +303,18 @@ func TestRestoreErrorUndoesNothing(t *testing.T) {
 // not, and nothing else.
 func TestSnapshotHoldsEveryOwnedBucket(t *testing.T) {
 	tbl := openSumTable(t, t.TempDir())
+	var sinks []*sink[Row]
+	for i := range 3 {
+		s, err := openSink(tbl, i, 3, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sinks = append(sinks, s)
+	}
 	check := func(id barrier.CheckpointID) {
 		t.Helper()
 		ends := tbl.LogEnds()
-		for i := range 3 {
-			s, err := openSink(tbl, i, 3, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for i, s := range sinks {
 			st, err := s.Snapshot(id)
 			if err != nil {
 				t.Fatal(err)

@@ -162,7 +162,6 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	t := s.table
 	s.prefix = ctx.Job + "/" + ctx.Operator + "#"
 	s.w.ID = s.prefix + strconv.Itoa(ctx.Subtask)
-	wroteBefore := slices.ContainsFunc(t.Writers(), func(r aggmerge.Registration) bool { return r.Writer == s.w.ID })
 	epoch, err := t.Register(ctx.Job, s.w.ID, s.cfg.Columns)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
@@ -183,19 +182,9 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	if !s.cfg.NoCombine {
 		s.comb = newCombiner(t, s.cfg.columnIndexes())
 	}
-	if !ctx.RestoredOK {
-		return nil // nothing was written before the first checkpoint
-	}
-	items := ctx.State.Unions[stateList]
-	if len(items) == 0 && !wroteBefore {
-		// A sink added to the job since the checkpoint: it never wrote, so
-		// there is nothing to undo; its writes start at the log ends.
-		ends := t.LogEnds()
-		for _, b := range s.owned {
-			s.committed[b] = ends[b]
-		}
-		ctx.Logger.Info("sink new since the restored checkpoint: nothing to undo", "table", t.Dir(), "sink", s.sinkName(), "checkpoint", ctx.Restored)
-		return nil
+	items := ctx.State.Unions[stateList] // none on a fresh start
+	if len(items) == 0 {
+		return s.startAfresh()
 	}
 	base, err := mergeBaselines(items, t.Dir(), t.ID().String(), s.sinkName(), buckets)
 	if err != nil {
@@ -207,6 +196,28 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 	s.window = []map[int]uint64{mergeHolds(items, base)}
 	for _, b := range s.owned {
 		s.committed[b] = base[b]
+	}
+	return nil
+}
+
+// startAfresh starts a sink that has no state to restore: a fresh start of
+// the job (no checkpoint, or none kept), or a sink added to the job since
+// the restored checkpoint. Its writes start at the log ends. That is only
+// safe if no writer of the sink (any subtask, any parallelism) has written
+// to the table: what they wrote could not be undone, and the input would
+// count again on top of it, so the start is refused (LostStateError).
+func (s *sink[T]) startAfresh() error {
+	t := s.table
+	if lost := lostState(t, s.ctx.Job, s.prefix); lost != nil {
+		lost.Restored, lost.RestoredOK = uint64(s.ctx.Restored), s.ctx.RestoredOK
+		return fmt.Errorf("%w: %w", runtime.ErrRestore, lost)
+	}
+	ends := t.LogEnds()
+	for _, b := range s.owned {
+		s.committed[b] = ends[b]
+	}
+	if s.ctx.RestoredOK {
+		s.ctx.Logger.Info("sink new since the restored checkpoint: nothing to undo", "table", t.Dir(), "sink", s.sinkName(), "checkpoint", s.ctx.Restored)
 	}
 	return nil
 }
@@ -262,6 +273,9 @@ func (s *sink[T]) recover(base map[int]uint64) error {
 		}
 	}
 	if _, err := t.Apply(marks); err != nil {
+		return err
+	}
+	if err := t.RecordCheckpoint(s.w, uint64(s.ctx.Restored)); err != nil {
 		return err
 	}
 	if err := t.Sync(); err != nil {
@@ -446,6 +460,9 @@ func (s *sink[T]) NotifyComplete(id barrier.CheckpointID) error {
 		if _, err := s.table.Apply(marks); err != nil {
 			return err
 		}
+	}
+	if err := s.table.RecordCheckpoint(s.w, uint64(id)); err != nil {
+		return err
 	}
 	return s.retain(base)
 }

@@ -13,6 +13,47 @@ import (
 // ErrState marks writer state that cannot be restored safely.
 var ErrState = errors.New("aggmerge writer: state not restorable")
 
+// LostStateError refuses to start a sink without state (a fresh start, or
+// a restored checkpoint that holds none of the sink) while the table holds
+// writes of its writers: they cannot be undone, and the input would count
+// again on top of them. It wraps ErrState.
+type LostStateError struct {
+	Table string // the table's directory
+	Sink  string // <job>/<sink>
+	// Writers are the sink's writers that have written to the table;
+	// Checkpoint is the newest checkpoint one of them committed, if
+	// Committed.
+	Writers    []string
+	Committed  bool
+	Checkpoint uint64
+	// Restored is the checkpoint restored, if RestoredOK (else the job
+	// started afresh).
+	Restored   uint64
+	RestoredOK bool
+}
+
+func (e *LostStateError) Error() string {
+	last := "no checkpoint committed"
+	if e.Committed {
+		last = fmt.Sprintf("last committed checkpoint %d", e.Checkpoint)
+	}
+	start := "the job starts afresh (no checkpoint restored)"
+	if e.RestoredOK {
+		start = fmt.Sprintf("the restored checkpoint %d holds no state of the sink", e.Restored)
+	}
+	writers := "writer "
+	if len(e.Writers) > 1 {
+		writers = "writers "
+	}
+	return fmt.Sprintf("%v: table %s holds the writes of sink %s (%s%s; %s), but %s: "+
+		"what they wrote cannot be undone and the input would count again on top of it; "+
+		"restore a checkpoint holding the sink's state, reset the sink (undo everything it wrote, then start afresh), "+
+		"or unregister its writers to keep their rows as they are",
+		ErrState, e.Table, e.Sink, writers, strings.Join(e.Writers, ", "), last, start)
+}
+
+func (e *LostStateError) Unwrap() error { return ErrState }
+
 // stateList is the union list holding every subtask's baseline.
 const stateList = "aggmerge-writer"
 
@@ -46,9 +87,6 @@ func Owner(bucket, parallelism int) int { return bucket % parallelism }
 // baseline of every bucket. All checks name the table, the bucket and the
 // offsets involved.
 func mergeBaselines(items [][]byte, table, tableID, sink string, buckets int) (map[int]uint64, error) {
-	if len(items) == 0 {
-		return nil, fmt.Errorf("%w: table %s: the checkpoint holds no baseline of sink %s, which has written to the table before: what it wrote since cannot be undone (restore a checkpoint taken since the sink was added)", ErrState, table, sink)
-	}
 	base := make(map[int]uint64, buckets)
 	from := make(map[int]int, buckets) // bucket -> old subtask that gave it
 	var errs []error
