@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 )
 
 // testOptions are set only by the tests, in TestMain of a runner child
@@ -37,6 +40,7 @@ type runFlags struct {
 	sets           []string
 	dataDir        string
 	fromCheckpoint string
+	resetWriter    bool
 	httpAddress    string
 	logLevel       string
 	logFormat      string
@@ -59,6 +63,7 @@ func newRunCmd() *cobra.Command {
 	fl.StringArrayVar(&f.sets, "set", nil, "override path=value in every job (repeatable)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (default: the jobs' data_dir)")
 	fl.StringVar(&f.fromCheckpoint, "from-checkpoint", "latest", "latest, none (start fresh) or a checkpoint id (one job only)")
+	fl.BoolVar(&f.resetWriter, "reset-writer", false, "with --from-checkpoint none: first undo everything the jobs' table writers ever wrote")
 	fl.StringVar(&f.httpAddress, "http-address", "", "HTTP listen address (default: the jobs' http.address; \"off\": none)")
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (default: the jobs' logging.level)")
 	fl.StringVar(&f.logFormat, "log-format", "", "text or json (default: the jobs' logging.format)")
@@ -107,6 +112,9 @@ func run(ctx context.Context, f *runFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.resetWriter && restore != runtime.RestoreNone {
+		return usageErr("--reset-writer undoes what the jobs wrote, so they must start fresh: it needs --from-checkpoint none")
+	}
 	if err := os.MkdirAll(r.dataDir, 0o755); err != nil {
 		return fmt.Errorf("make data dir: %w", err)
 	}
@@ -128,6 +136,11 @@ func run(ctx context.Context, f *runFlags) error {
 	}()
 	if err := r.env.OpenTables(ps); err != nil {
 		return err
+	}
+	if f.resetWriter {
+		if err := r.resetWriters(ps); err != nil {
+			return err
+		}
 	}
 	for _, p := range ps {
 		j, err := r.env.Build(p, restore)
@@ -156,7 +169,45 @@ func run(ctx context.Context, f *runFlags) error {
 		}
 		defer srv.shutdown()
 	}
-	return r.runJobs(ctx, shutdownTimeout(ps))
+	return lostStateHelp(r.runJobs(ctx, shutdownTimeout(ps)), r.dataDir)
+}
+
+// resetWriters undoes everything the sinks of the jobs ever wrote to their
+// tables (writer.Reset), before any job starts.
+func (r *runner) resetWriters(ps []*pipelines.Pipeline) error {
+	for _, p := range ps {
+		job := p.Spec.Job.Name
+		for i, s := range p.Spec.Sinks {
+			name := p.Tables[i].Spec.Name
+			t, ok := r.env.Table(name)
+			if !ok {
+				return fmt.Errorf("job %q: table %q is not open", job, name)
+			}
+			res, err := writer.Reset(t, job, s.Name)
+			if err != nil {
+				return err
+			}
+			r.log.Warn("writer reset: everything the sink wrote was taken back; it starts afresh",
+				"job", job, "sink", s.Name, "table", name, "writers", len(res.Writers), "rows_cleared", res.Rows)
+		}
+	}
+	return nil
+}
+
+// lostStateHelp adds to the refusal of a table writer that has written but
+// has no state to restore the ways out on this command line.
+func lostStateHelp(err error, dataDir string) error {
+	var lost *writer.LostStateError
+	if !errors.As(err, &lost) {
+		return err
+	}
+	job, _, _ := strings.Cut(lost.Sink, "/")
+	table := filepath.Base(lost.Table)
+	return fmt.Errorf("%w\nways out:\n"+
+		"  - restore the job's checkpoints (in %s) and run without --from-checkpoint none;\n"+
+		"  - or undo everything job %q wrote to its tables, then start it afresh: runner run ... --from-checkpoint none --reset-writer;\n"+
+		"  - or keep the rows as they are and add the input on top (only if it is not read again): runner table forget --data-dir %s --table %s --job %s",
+		err, build.CheckpointDir(dataDir, job), job, dataDir, table, job)
 }
 
 // runJobs runs every job and the changelog exporters, and handles stop
