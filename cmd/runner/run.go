@@ -203,11 +203,15 @@ func lostStateHelp(err error, dataDir string) error {
 	}
 	job, _, _ := strings.Cut(lost.Sink, "/")
 	table := filepath.Base(lost.Table)
+	restore := fmt.Sprintf("restore the job's checkpoints (in %s) and run without --from-checkpoint none", build.CheckpointDir(dataDir, job))
+	if lost.RestoredOK {
+		restore = "restore a checkpoint taken since the sink was added (--from-checkpoint latest or a newer id)"
+	}
 	return fmt.Errorf("%w\nways out:\n"+
-		"  - restore the job's checkpoints (in %s) and run without --from-checkpoint none;\n"+
+		"  - %s;\n"+
 		"  - or undo everything job %q wrote to its tables, then start it afresh: runner run ... --from-checkpoint none --reset-writer;\n"+
 		"  - or keep the rows as they are and add the input on top (only if it is not read again): runner table forget --data-dir %s --table %s --job %s",
-		err, build.CheckpointDir(dataDir, job), job, dataDir, table, job)
+		err, restore, job, dataDir, table, job)
 }
 
 // runJobs runs every job and the changelog exporters, and handles stop
