@@ -27,6 +27,27 @@ type Pipeline struct {
 	where *validator
 }
 
+// ChangelogTarget is where the changelog of one of a job's tables goes.
+type ChangelogTarget struct {
+	Table string `json:"table"`
+	Topic string `json:"topic"`
+	// Cluster is "embedded" (the runner's in-process broker) or the seed
+	// brokers, joined by commas.
+	Cluster string `json:"cluster"`
+}
+
+// Changelogs lists, in sink order, the tables of the job that publish a
+// changelog, with its topic and cluster as resolved at load.
+func (p *Pipeline) Changelogs() []ChangelogTarget {
+	var out []ChangelogTarget
+	for _, t := range p.Tables {
+		if c := t.Spec.Changelog; c != nil {
+			out = append(out, ChangelogTarget{Table: t.Spec.Name, Topic: c.Topic, Cluster: c.Cluster()})
+		}
+	}
+	return out
+}
+
 // Step is one compiled transform.
 type Step struct {
 	// Filter, when set, drops the records for which it is false.

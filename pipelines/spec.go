@@ -1,6 +1,11 @@
 package pipelines
 
-import "github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+import (
+	"slices"
+	"strings"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
 
 // Spec is one job file as written, after defaults, ${VAR} substitution and
 // --set overrides. Validation results (schemas, compiled expressions) are in
@@ -63,10 +68,35 @@ type KafkaSource struct {
 // Connection is how a client reaches Kafka. The brokers "embedded" (or
 // none) mean the runner's in-process broker.
 type Connection struct {
-	Brokers  []string `yaml:"brokers" doc:"seed brokers host:port; empty or [embedded]: the runner's in-process broker"`
+	Brokers  []string `yaml:"brokers" doc:"seed brokers host:port; [embedded]: the runner's in-process broker; empty: the embedded broker (a changelog's: the cluster of the job's Kafka sources)"`
 	ClientID string   `yaml:"client_id" default:"ebbflow" doc:"the Kafka client id"`
 	TLS      *TLS     `yaml:"tls" doc:"encrypt the connection (present: on)"`
 	SASL     *SASL    `yaml:"sasl" doc:"authenticate"`
+}
+
+// Embedded reports whether c means the runner's in-process broker.
+func (c *Connection) Embedded() bool {
+	return len(c.Brokers) == 0 || len(c.Brokers) == 1 && c.Brokers[0] == "embedded"
+}
+
+// Cluster names where c goes, for logs and validate: "embedded", or the
+// brokers joined by commas.
+func (c *Connection) Cluster() string {
+	if c.Embedded() {
+		return "embedded"
+	}
+	return strings.Join(c.Brokers, ",")
+}
+
+// sameCluster reports whether c and o reach the same cluster the same way:
+// the same brokers (in any order), TLS and SASL settings.
+func (c *Connection) sameCluster(o *Connection) bool {
+	if c.Embedded() || o.Embedded() {
+		return c.Embedded() == o.Embedded()
+	}
+	a, b := slices.Sorted(slices.Values(c.Brokers)), slices.Sorted(slices.Values(o.Brokers))
+	return slices.Equal(a, b) && (c.TLS == nil) == (o.TLS == nil) && (c.TLS == nil || *c.TLS == *o.TLS) &&
+		(c.SASL == nil) == (o.SASL == nil) && (c.SASL == nil || *c.SASL == *o.SASL)
 }
 
 // TLS configures an encrypted connection.

@@ -596,11 +596,53 @@ func (v *validator) table(path string, t *TableSink) *Table {
 	}
 	if c := t.Changelog; c != nil {
 		v.connection(path+".changelog", &c.Connection)
+		if len(c.Brokers) == 0 {
+			v.changelogCluster(path+".changelog", c)
+		}
 		if c.Topic == "" {
 			c.Topic = v.spec.Job.Name + "-" + t.Name + "-changelog"
 		}
 	}
 	return tab
+}
+
+// changelogCluster gives a changelog without brokers the cluster of the
+// job's sources: the one Kafka cluster that every source reading or writing
+// Kafka uses (its brokers, and TLS and SASL unless the changelog sets its
+// own), so that the changelog lands where the data comes from. A job whose
+// sources use no cluster, or only the embedded broker, keeps the embedded
+// broker; sources on different clusters make the brokers required.
+func (v *validator) changelogCluster(path string, c *Changelog) {
+	var from *Connection
+	var fromName string
+	for i := range v.spec.Sources {
+		src := &v.spec.Sources[i]
+		var conn *Connection
+		switch {
+		case src.Kafka != nil:
+			conn = &src.Kafka.Connection
+		case src.Datagen != nil && src.Datagen.Topic != "":
+			conn = &src.Datagen.Kafka
+		default:
+			continue
+		}
+		if from == nil {
+			from, fromName = conn, src.Name
+			continue
+		}
+		if !conn.sameCluster(from) {
+			v.fail(path, "the job's sources use different Kafka clusters (source %q: %s, source %q: %s): set the changelog's brokers",
+				fromName, from.Cluster(), src.Name, conn.Cluster())
+			return
+		}
+	}
+	if from == nil || from.Embedded() {
+		return
+	}
+	c.Brokers = slices.Clone(from.Brokers)
+	if c.TLS == nil && c.SASL == nil {
+		c.TLS, c.SASL = from.TLS, from.SASL
+	}
 }
 
 func (v *validator) column(path string, c *Column, key []string) (TableColumn, bool) {

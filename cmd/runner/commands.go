@@ -46,13 +46,22 @@ func newValidateCmd() *cobra.Command {
 				if errs == nil {
 					errs = pipelines.Errors{}
 				}
-				b, _ := json.MarshalIndent(errs, "", "  ")
+				out := validateOutput{Problems: errs, Changelogs: []validateChangelog{}}
+				for _, p := range ps {
+					for _, c := range p.Changelogs() {
+						out.Changelogs = append(out.Changelogs, validateChangelog{File: p.File, Job: p.Spec.Job.Name, ChangelogTarget: c})
+					}
+				}
+				b, _ := json.MarshalIndent(out, "", "  ")
 				fmt.Fprintln(w, string(b))
 			} else if err != nil {
 				fmt.Fprintln(w, err)
 			} else {
 				for _, p := range ps {
 					fmt.Fprintf(w, "%s: job %q is valid\n", p.File, p.Spec.Job.Name)
+					for _, c := range p.Changelogs() {
+						fmt.Fprintf(w, "  changelog of table %q: topic %q on %s\n", c.Table, c.Topic, c.Cluster)
+					}
 				}
 			}
 			if err != nil {
@@ -63,9 +72,22 @@ func newValidateCmd() *cobra.Command {
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "job file (repeatable)")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "override path=value (repeatable)")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json ([{file,line,column,path,message}])")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json ({problems: [{file,line,column,path,message}], changelogs: [{file,job,table,topic,cluster}]})")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
+}
+
+// validateOutput is what validate -o json prints: every problem, and where
+// each changelog of the valid jobs goes.
+type validateOutput struct {
+	Problems   pipelines.Errors    `json:"problems"`
+	Changelogs []validateChangelog `json:"changelogs"`
+}
+
+type validateChangelog struct {
+	File string `json:"file"`
+	Job  string `json:"job"`
+	pipelines.ChangelogTarget
 }
 
 func newCheckpointsCmd() *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -163,16 +164,18 @@ func TestValidate(t *testing.T) {
 	if code != exitUsage {
 		t.Fatalf("exit %d, want %d", code, exitUsage)
 	}
-	var errs []struct {
-		Line, Column int
-		Path         string
+	var got struct {
+		Problems []struct {
+			Line, Column int
+			Path         string
+		}
 	}
-	if err := json.Unmarshal([]byte(out), &errs); err != nil {
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(errs) != 2 || errs[0].Path != "sink.table.primary_key[0]" || errs[0].Line != 9 || errs[0].Column != 19 ||
+	if errs := got.Problems; len(errs) != 2 || errs[0].Path != "sink.table.primary_key[0]" || errs[0].Line != 9 || errs[0].Column != 19 ||
 		errs[1].Path != "sink.table.columns.total.agg" {
-		t.Fatalf("errors %+v", errs)
+		t.Fatalf("errors %+v", got.Problems)
 	}
 	if _, code := runCLI(t, nil, "validate", "-f", "testdata/orders.yaml"); code != 0 {
 		t.Fatalf("valid file: exit %d", code)
@@ -182,6 +185,41 @@ func TestValidate(t *testing.T) {
 	}
 	if _, code := runCLI(t, nil, "table", "scan", "--nope"); code != exitUsage {
 		t.Fatalf("unknown flag: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestValidateChangelogCluster: validate says, in text and JSON, where each
+// changelog goes: a changelog without brokers on the Kafka source's
+// cluster, one of a datagen job on the embedded broker.
+func TestValidateChangelogCluster(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "jobs.yaml")
+	const jobs = `job: {name: a}
+source: {kafka: {brokers: ["x1:9092", "x2:9092"], topics: [in], schema: {k: string}}}
+sink: {table: {name: ta, primary_key: [k], columns: {n: {agg: count}}, changelog: {}}}
+---
+job: {name: b}
+source: {datagen: {fields: {k: {one_of: [a]}}}}
+sink: {table: {name: tb, primary_key: [k], columns: {n: {agg: count}}, changelog: {topic: out}}}
+`
+	if err := os.WriteFile(file, []byte(jobs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runCLI(t, nil, "validate", "-f", file)
+	if code != 0 || !strings.Contains(out, `changelog of table "ta": topic "a-ta-changelog" on x1:9092,x2:9092`) ||
+		!strings.Contains(out, `changelog of table "tb": topic "out" on embedded`) {
+		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+	out, code = runCLI(t, nil, "validate", "-f", file, "-o", "json")
+	var got struct {
+		Problems   []any
+		Changelogs []struct{ File, Job, Table, Topic, Cluster string }
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s", code, err, out)
+	}
+	if len(got.Problems) != 0 || len(got.Changelogs) != 2 || got.Changelogs[0].Cluster != "x1:9092,x2:9092" ||
+		got.Changelogs[0].Job != "a" || got.Changelogs[1].Cluster != "embedded" || got.Changelogs[1].Topic != "out" {
+		t.Fatalf("validate -o json: %s", out)
 	}
 }
 

@@ -156,7 +156,8 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
 		e.exporters = append(e.exporters, changelogExport{x: x, table: e.tables[name]})
-		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "format", cl.spec.Format, "mode", cl.spec.Mode)
+		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "cluster", cl.spec.Cluster(),
+			"brokers", conn.Brokers, "format", cl.spec.Format, "mode", cl.spec.Mode)
 	}
 	return nil
 }
