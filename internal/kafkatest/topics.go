@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -60,11 +62,20 @@ func ready(ctx context.Context, adm *kadm.Client, topic string, partitions int) 
 // it when the test ends. It returns the name.
 func NewTopic(t testing.TB, brokers []string, partitions int) string {
 	t.Helper()
+	name := TopicName(t, brokers)
+	CreateTopic(t, brokers, name, partitions)
+	return name
+}
+
+// TopicName returns a topic name unique to this test run that no topic has
+// yet, for a test where the code under test creates it; a topic of that
+// name is deleted when the test ends.
+func TopicName(t testing.TB, brokers []string) string {
+	t.Helper()
 	name := fmt.Sprintf("%s-%d-%d", illegalTopicChars.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano(), topicSeq.Add(1))
 	if len(name) > 200 {
 		name = name[len(name)-200:]
 	}
-	CreateTopic(t, brokers, name, partitions)
 	t.Cleanup(func() { deleteTopic(t, brokers, name) })
 	return name
 }
@@ -80,7 +91,7 @@ func deleteTopic(t testing.TB, brokers []string, topic string) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, topic); err != nil {
+	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, topic); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 		t.Logf("kafkatest: delete topic %q: %v", topic, err)
 	}
 }

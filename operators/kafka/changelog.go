@@ -52,6 +52,9 @@ type Change struct {
 	RawKey        []byte
 	Key           Row
 	Before, After Row
+	// Record is the record the change was decoded from: where it was read
+	// (for a dead letter of a change that fails downstream).
+	Record *kgo.Record
 }
 
 // Rows calls fn with the +I/-U/+U/-D rows of c: an insert gives +I, an
@@ -95,6 +98,7 @@ func UpsertJSON() Format[Change] {
 			if err != nil {
 				return c, err
 			}
+			c.Record = r
 			if r.Value == nil {
 				c.Op = ChangeDelete
 				return c, nil
@@ -121,6 +125,7 @@ func DebeziumJSON() Format[Change] {
 			if err != nil && !errors.Is(err, errNoKey) {
 				return c, err
 			}
+			c.Record = r
 			if r.Value == nil {
 				c.Op = ChangeSkip
 				return c, nil

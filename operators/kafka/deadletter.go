@@ -2,12 +2,18 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // Headers added to a dead-lettered record, after its own.
@@ -18,11 +24,19 @@ const (
 	HeaderOffset    = "ebbflow.source.offset"
 )
 
-// deadLetters writes undecodable records to a topic. Writes are
-// asynchronous; flush, called at every barrier, waits until each is
+// ErrTopicNotAllowed marks a topic that does not exist and that the client
+// may not create (no CREATE permission, or a broker policy refuses it).
+var ErrTopicNotAllowed = errors.New("kafka: topic missing and not creatable")
+
+// DeadLetterWriter writes failed records to a dead-letter topic, each with
+// the key, value, timestamp and headers it is given, then HeaderError (the
+// reason) and the origin: HeaderTopic, HeaderPartition, HeaderOffset. It
+// is what both an undecodable record (the source) and a record whose
+// expressions fail (a job's transforms) go through. Writes are
+// asynchronous; Flush, called at every barrier, waits until each is
 // acknowledged, so a checkpoint never covers a record whose dead letter
-// could still be lost.
-type deadLetters struct {
+// could still be lost. It is used by one goroutine (a subtask's).
+type DeadLetterWriter struct {
 	cl        *kgo.Client
 	topic     string
 	ctx       context.Context
@@ -34,32 +48,45 @@ type deadLetters struct {
 	}
 }
 
-func (d *deadLetters) write(r *kgo.Record, reason error) {
-	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+4)
-	headers = append(headers, r.Headers...)
+// NewDeadLetterWriter writes dead letters to topic with cl, until ctx ends,
+// counting each in count. The caller owns cl.
+func NewDeadLetterWriter(ctx context.Context, cl *kgo.Client, topic string, count prometheus.Counter) *DeadLetterWriter {
+	return &DeadLetterWriter{cl: cl, topic: topic, ctx: ctx, count: count}
+}
+
+// Write sends a dead letter of origin, the record as read (its topic,
+// partition and offset name the origin in the headers), with value instead
+// of the record's own when value is not nil.
+func (d *DeadLetterWriter) Write(origin *kgo.Record, value []byte, reason error) {
+	if value == nil {
+		value = origin.Value
+	}
+	headers := make([]kgo.RecordHeader, 0, len(origin.Headers)+4)
+	headers = append(headers, origin.Headers...)
 	headers = append(headers,
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(reason.Error())},
-		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
-		kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
+		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(origin.Topic)},
+		kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(origin.Partition), 10)},
+		kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, origin.Offset, 10)},
 	)
-	dl := &kgo.Record{Topic: d.topic, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
+	dl := &kgo.Record{Topic: d.topic, Key: origin.Key, Value: value, Headers: headers, Timestamp: origin.Timestamp}
 	d.unflushed++
 	d.count.Inc()
+	topic, partition, offset := origin.Topic, origin.Partition, origin.Offset
 	d.cl.Produce(d.ctx, dl, func(_ *kgo.Record, err error) {
 		if err != nil {
 			d.mu.Lock()
 			if d.mu.err == nil {
-				d.mu.err = fmt.Errorf("write dead letter of %s/%d offset %d to %q: %w", r.Topic, r.Partition, r.Offset, d.topic, err)
+				d.mu.err = fmt.Errorf("write dead letter of %s/%d offset %d to %q: %w", topic, partition, offset, d.topic, err)
 			}
 			d.mu.Unlock()
 		}
 	})
 }
 
-// flush waits for every write so far; an error fails the checkpoint, and
+// Flush waits for every write so far; an error fails the checkpoint, and
 // the records are read and written again from the previous one.
-func (d *deadLetters) flush(ctx context.Context) error {
+func (d *DeadLetterWriter) Flush(ctx context.Context) error {
 	if d.unflushed == 0 {
 		return nil
 	}
@@ -72,4 +99,66 @@ func (d *deadLetters) flush(ctx context.Context) error {
 	err := d.mu.err
 	d.mu.err = nil
 	return err
+}
+
+// deadLetterCheckTimeout bounds the check of the dead-letter topic when a
+// subtask opens.
+const deadLetterCheckTimeout = 10 * time.Second
+
+// PrepareDeadLetterTopic makes sure the dead-letter topic exists before the
+// first bad record: it creates it (the broker's default partitions and
+// replication) when absent. A topic that is missing and may not be created
+// is an error wrapping ErrTopicNotAllowed and runtime-permanent, for the
+// caller to fail its start with. A broker that does not answer within 10 s
+// is no error (the writes wait for it like the source's reads do): warn is
+// called with the reason.
+func PrepareDeadLetterTopic(ctx context.Context, adm *kadm.Client, topic string, warn func(msg string, args ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, deadLetterCheckTimeout)
+	defer cancel()
+	_, err := EnsureTopic(ctx, adm, topic, -1)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrTopicNotAllowed):
+		return runtime.Permanent(fmt.Errorf("dead-letter topic: %w", err))
+	}
+	warn("kafka: could not make sure the dead-letter topic exists; going on", "topic", topic, "error", err)
+	return nil
+}
+
+// EnsureTopic creates topic with the given partitions (-1: the broker's
+// default) and the broker's default replication when it is absent, waits
+// until the broker lists it, and returns its partition count. It creates
+// first: listing a missing topic makes the client retry for seconds. When
+// creation is refused (authorization, policy) an existing topic is fine;
+// a missing one is ErrTopicNotAllowed.
+func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) (int, error) {
+	resp, err := adm.CreateTopic(ctx, partitions, -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	refused := errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.PolicyViolation)
+	if err != nil && !refused && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return 0, fmt.Errorf("create topic %q: %w", topic, err)
+	}
+	for {
+		details, lerr := adm.ListTopics(ctx, topic)
+		if lerr != nil {
+			return 0, fmt.Errorf("list topic %q: %w", topic, lerr)
+		}
+		d, ok := details[topic]
+		if ok && d.Err == nil && len(d.Partitions) > 0 {
+			return len(d.Partitions), nil
+		}
+		if refused && (!ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition)) {
+			return 0, fmt.Errorf("%w: topic %q does not exist and this client may not create it (%v): create it, or grant the client CREATE on it",
+				ErrTopicNotAllowed, topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("wait for topic %q: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -84,15 +84,28 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	return sum
 }
 
+// TestDecodeErrorDeadLetter: the dead-letter topic does not exist; the
+// source creates it when it opens, and the bad record lands there with its
+// origin and the error in headers, counted in the metric.
 func TestDecodeErrorDeadLetter(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, 1)
-	dlq := kafkatest.NewTopic(t, brokers, 1)
+	dlq := kafkatest.TopicName(t, brokers)
 	badAt(t, brokers, topic, 20, 10)
 	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
 	src := newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, OnDecodeError: kafka.DeadLetter, DeadLetterTopic: dlq}, eventFormat)
-	got := runUntilCommitted(t, eventJob(t, dir, src, 1, 0), filepath.Join(dir, "out"), 19)
+	j := eventJob(t, dir, src, 1, 0, func(o *runtime.Options) { o.Registerer = reg })
+	counted := -1.0
+	got := runUntilCommitted(t, j, filepath.Join(dir, "out"), 19, func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && counted != 1; time.Sleep(10 * time.Millisecond) {
+			counted = counter(t, reg, "ebbflow_source_records_dead_lettered_total", "operator", "kafka")
+		}
+	})
 	checkExactly(t, got, 20, func(seq uint64) bool { return seq != 10 })
+	if counted != 1 {
+		t.Fatalf("ebbflow_source_records_dead_lettered_total = %v, want 1", counted)
+	}
 
 	// The checkpoint that covered the bad record completed, so its dead
 	// letter is there.

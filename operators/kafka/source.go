@@ -116,7 +116,7 @@ type reader[T any] struct {
 	pending []pendingPart // from the last poll; pending[head:] not handed out
 	head    int
 	snaps   []remembered
-	dlq     *deadLetters
+	dlq     *DeadLetterWriter
 
 	disc   *discoverer
 	commit *committer
@@ -180,7 +180,10 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	r.log.Info("kafka source opened", "config", cfg.String(), "partitions", len(r.parts), "restored", ctx.RestoredOK)
 
 	if cfg.OnDecodeError == DeadLetter {
-		r.dlq = &deadLetters{cl: r.cl, topic: cfg.DeadLetterTopic, ctx: r.bg, count: r.m.deadLettered}
+		if err := PrepareDeadLetterTopic(ctx.Context(), r.adm, cfg.DeadLetterTopic, r.log.Warn); err != nil {
+			return fmt.Errorf("kafka source: %w", err)
+		}
+		r.dlq = NewDeadLetterWriter(r.bg, r.cl, cfg.DeadLetterTopic, r.m.deadLettered)
 	}
 	r.disc = &discoverer{topics: r.topics, adm: r.adm, every: cfg.DiscoveryInterval, log: r.warnLog}
 	r.goBackground(r.disc.run)
@@ -324,7 +327,7 @@ func (r *reader[T]) undecodable(rec *kgo.Record, err error) error {
 		r.warnLog.warn("kafka source: dropped an undecodable record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "error", err)
 		return nil
 	case DeadLetter:
-		r.dlq.write(rec, err)
+		r.dlq.Write(rec, nil, err)
 		return nil
 	}
 	// A restart would read the same record again: fail for good.
@@ -400,7 +403,7 @@ func (r *reader[T]) addDiscovered() {
 func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
 	if r.dlq != nil {
 		ctx, cancel := context.WithTimeout(r.bg, commitTimeout)
-		err := r.dlq.flush(ctx)
+		err := r.dlq.Flush(ctx)
 		cancel()
 		if err != nil {
 			return state.OperatorState{}, err

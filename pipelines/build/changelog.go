@@ -51,7 +51,9 @@ func newChangeOp(p *pipelines.Pipeline, policy *errorPolicy) *changeOp {
 }
 
 func (o *changeOp) ProcessBatch(in []kafka.Change, out *runtime.Collector[Row]) error {
+	defer func() { o.origin = nil }()
 	for i := range in {
+		o.origin = in[i].Record
 		err := in[i].Rows(func(k runtime.RowKind, image kafka.Row) error {
 			r, err := o.row(image)
 			if err != nil {

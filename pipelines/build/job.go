@@ -89,65 +89,85 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 func (e *Env) input(j *Job, i int) (runtime.Stream[Row], error) {
 	p := j.p
 	name := p.Spec.Sources[i].Name
-	if k := p.Spec.Sources[i].Kafka; k != nil && k.Format.Changelog() {
+	k := p.Spec.Sources[i].Kafka
+	switch {
+	case k != nil && k.Format.Changelog():
 		changes, policy, err := e.changelogSource(j, name, k)
 		if err != nil {
 			return runtime.Stream[Row]{}, err
 		}
 		return runtime.Apply(changes, name+"-transforms", func() runtime.Operator[kafka.Change, Row] { return newChangeOp(p, policy) }), nil
+	case k != nil:
+		recs, policy, err := e.kafkaRows(j, name, k)
+		if err != nil {
+			return runtime.Stream[Row]{}, err
+		}
+		return runtime.Apply(recs, name+"-transforms", func() runtime.Operator[fromKafka, Row] { return kafkaRowOp{newTransformOp(p, policy)} }), nil
 	}
-	s, policy, err := e.source(j, i)
+	s, err := e.datagen(j, i)
 	if err != nil {
 		return runtime.Stream[Row]{}, err
 	}
-	return runtime.Apply(s, name+"-transforms", func() runtime.Operator[Row, Row] { return newTransformOp(p, policy) }), nil
+	return runtime.Apply(s, name+"-transforms", func() runtime.Operator[Row, Row] { return newTransformOp(p, &errorPolicy{}) }), nil
 }
 
-// source adds source i of the job, a datagen or a Kafka source of plain
-// records, and returns its stream and the policy for records that fail.
-func (e *Env) source(j *Job, i int) (runtime.Stream[Row], *errorPolicy, error) {
+// datagen adds datagen source i of the job: straight into the job, or
+// through its topic.
+func (e *Env) datagen(j *Job, i int) (runtime.Stream[Row], error) {
 	p := j.p
 	src := &p.Spec.Sources[i]
-	if d := src.Datagen; d != nil {
-		gen, err := p.NewGenerator(i)
-		if err != nil {
-			return runtime.Stream[Row]{}, nil, err
-		}
-		if d.Topic == "" {
-			return runtime.FromSource(j.rt, src.Name, newGenSource(gen, d)), &errorPolicy{}, nil
-		}
-		conn, err := e.kafkaConfig(d.Kafka)
-		if err != nil {
-			return runtime.Stream[Row]{}, nil, err
-		}
-		j.producers = append(j.producers, &producer{gen: gen, rows: p.NewRowBuilder(), spec: d, conn: conn,
-			partitions: p.Spec.Job.Parallelism, log: e.log.With("job", p.Spec.Job.Name, "source", src.Name, "topic", d.Topic)})
-		conn.Topics, conn.Start, conn.Group = []string{d.Topic}, kafka.StartEarliest(), p.Spec.Job.Name
-		ks, err := kafka.NewSource(conn, kafka.JSONWith(p.NewRowBuilder().FromJSON))
-		if err != nil {
-			return runtime.Stream[Row]{}, nil, err
-		}
-		j.sources = append(j.sources, ks)
-		return runtime.FromSource(j.rt, src.Name, ks.New), &errorPolicy{}, nil
+	d := src.Datagen
+	gen, err := p.NewGenerator(i)
+	if err != nil {
+		return runtime.Stream[Row]{}, err
 	}
-	k := src.Kafka
+	if d.Topic == "" {
+		return runtime.FromSource(j.rt, src.Name, newGenSource(gen, d)), nil
+	}
+	conn, err := e.kafkaConfig(d.Kafka)
+	if err != nil {
+		return runtime.Stream[Row]{}, err
+	}
+	j.producers = append(j.producers, &producer{gen: gen, rows: p.NewRowBuilder(), spec: d, conn: conn,
+		partitions: p.Spec.Job.Parallelism, log: e.log.With("job", p.Spec.Job.Name, "source", src.Name, "topic", d.Topic)})
+	conn.Topics, conn.Start, conn.Group = []string{d.Topic}, kafka.StartEarliest(), p.Spec.Job.Name
+	ks, err := kafka.NewSource(conn, kafka.JSONWith(p.NewRowBuilder().FromJSON))
+	if err != nil {
+		return runtime.Stream[Row]{}, err
+	}
+	j.sources = append(j.sources, ks)
+	return runtime.FromSource(j.rt, src.Name, ks.New), nil
+}
+
+// kafkaRows adds a Kafka source of plain records (format json or raw) and
+// returns its rows, each with its record, and the policy for rows that
+// fail.
+func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.Stream[fromKafka], *errorPolicy, error) {
 	cfg, policy, err := e.kafkaSource(k)
 	if err != nil {
-		return runtime.Stream[Row]{}, nil, err
+		return runtime.Stream[fromKafka]{}, nil, err
 	}
-	rows := p.NewRowBuilder()
-	format := kafka.JSONWith(rows.FromJSON)
+	rows := j.p.NewRowBuilder()
+	format := func() kafka.Decoder[fromKafka] {
+		dec := kafka.JSONWith(rows.FromJSON)()
+		return func(r *kgo.Record) (fromKafka, error) {
+			row, err := dec(r)
+			return fromKafka{row: row, rec: r}, err
+		}
+	}
 	if k.Format == pipelines.FormatRaw {
-		format = func() kafka.Decoder[Row] {
-			return func(r *kgo.Record) (Row, error) { return rows.FromRaw(r.Key, r.Value), nil }
+		format = func() kafka.Decoder[fromKafka] {
+			return func(r *kgo.Record) (fromKafka, error) {
+				return fromKafka{row: rows.FromRaw(r.Key, r.Value), rec: r}, nil
+			}
 		}
 	}
 	ks, err := kafka.NewSource(cfg, format)
 	if err != nil {
-		return runtime.Stream[Row]{}, nil, err
+		return runtime.Stream[fromKafka]{}, nil, err
 	}
 	j.sources = append(j.sources, ks)
-	return runtime.FromSource(j.rt, src.Name, ks.New), policy, nil
+	return runtime.FromSource(j.rt, name, ks.New), policy, nil
 }
 
 // kafkaSource maps a Kafka source of a job file to the Kafka package's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -39,16 +40,21 @@ restart: {max_attempts: 0}
 
 // TestEvalErrorPolicies sends records whose expression fails (b = 0) and
 // checks each on_error policy: fail ends the job with the expression's
-// error; skip drops them; dead_letter writes their fields to the topic.
+// error; skip drops them; dead_letter creates the missing dead-letter topic
+// at start and writes their fields there, with the same headers as the
+// source's dead letters (error, source topic, partition, offset), counted
+// in a metric.
 func TestEvalErrorPolicies(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, 1)
 	var recs []*kgo.Record
 	wantSum, wantN, bad := int64(0), int64(0), 0
+	badOffsets := map[string]bool{}
 	for i := range 200 {
 		b := int64(i%7 + 1)
 		if i%10 == 3 {
 			b, bad = 0, bad+1
+			badOffsets[fmt.Sprint(i)] = true
 		} else {
 			wantSum += int64(i) % b
 			wantN++
@@ -56,7 +62,7 @@ func TestEvalErrorPolicies(t *testing.T) {
 		recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, `{"k":"x","a":%d,"b":%d}`, i, b)})
 	}
 	kafkatest.Produce(t, brokers, recs...)
-	dlq := kafkatest.NewTopic(t, brokers, 1)
+	dlq := kafkatest.TopicName(t, brokers)
 	for _, policy := range []string{"fail", "skip", "dead_letter"} {
 		t.Run(policy, func(t *testing.T) {
 			extra := ""
@@ -102,7 +108,10 @@ func TestEvalErrorPolicies(t *testing.T) {
 			}
 			var skipped float64
 			if policy == "skip" {
-				skipped = dropped(t, reg) // before the job's metrics go with it
+				skipped = dropped(t, reg, "ebbflow_operator_records_dropped_total") // before the job's metrics go with it
+			}
+			if policy == "dead_letter" {
+				skipped = dropped(t, reg, "ebbflow_operator_records_dead_lettered_total")
 			}
 			j.Stop()
 			if err := <-done; err != nil {
@@ -111,26 +120,36 @@ func TestEvalErrorPolicies(t *testing.T) {
 			if sum != wantSum || n != wantN {
 				t.Fatalf("sum %d n %d, want %d %d", sum, n, wantSum, wantN)
 			}
-			if policy == "skip" && skipped != float64(bad) {
-				t.Fatalf("%v records counted as dropped, want %d", skipped, bad)
+			if skipped != float64(bad) {
+				t.Fatalf("%v records counted as %s, want %d", skipped, policy, bad)
 			}
 			if policy == "dead_letter" {
 				got := kafkatest.ConsumeAll(t, brokers, dlq)
 				if len(got) != bad {
 					t.Fatalf("%d dead letters, want %d", len(got), bad)
 				}
+				offsets := map[string]bool{}
 				for _, r := range got {
-					if !strings.HasSuffix(string(r.Value), `"b":0}`) || len(r.Headers) == 0 || r.Headers[0].Key != kafka.HeaderError {
-						t.Fatalf("dead letter %s %v", r.Value, r.Headers)
+					h := map[string]string{}
+					for _, kv := range r.Headers {
+						h[kv.Key] = string(kv.Value)
 					}
+					if !strings.HasSuffix(string(r.Value), `"b":0}`) || !strings.Contains(h[kafka.HeaderError], "divide by zero") ||
+						h[kafka.HeaderTopic] != topic || h[kafka.HeaderPartition] != "0" {
+						t.Fatalf("dead letter %s %v", r.Value, h)
+					}
+					offsets[h[kafka.HeaderOffset]] = true
+				}
+				if !maps.Equal(offsets, badOffsets) {
+					t.Fatalf("dead letters of offsets %v, want %v", offsets, badOffsets)
 				}
 			}
 		})
 	}
 }
 
-// dropped sums ebbflow_operator_records_dropped_total.
-func dropped(t *testing.T, reg *prometheus.Registry) float64 {
+// dropped sums the counter called name.
+func dropped(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -138,7 +157,7 @@ func dropped(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() == "ebbflow_operator_records_dropped_total" {
+		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
 				n += m.GetCounter().GetValue()
 			}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/barrier"
@@ -31,12 +31,17 @@ const flushTimeout = 30 * time.Second
 
 // transformOp runs the steps of a job on the records of one source.
 type transformOp struct {
-	p       *pipelines.Pipeline
-	policy  *errorPolicy
-	tr      *pipelines.Transformer
-	rows    *pipelines.RowBuilder
-	dropped prometheus.Counter
-	dl      *deadLetters
+	p            *pipelines.Pipeline
+	policy       *errorPolicy
+	tr           *pipelines.Transformer
+	rows         *pipelines.RowBuilder
+	dropped      prometheus.Counter
+	deadLettered prometheus.Counter
+	dl           *kafka.DeadLetterWriter
+	cl           *kgo.Client // the dead letters'
+	// origin is the Kafka record the rows being processed come from, for
+	// their dead letters.
+	origin *kgo.Record
 }
 
 func newTransformOp(p *pipelines.Pipeline, policy *errorPolicy) *transformOp {
@@ -46,22 +51,32 @@ func newTransformOp(p *pipelines.Pipeline, policy *errorPolicy) *transformOp {
 func (o *transformOp) Open(ctx *runtime.Context) error {
 	o.tr = o.p.NewTransformer()
 	o.rows = o.p.NewRowBuilder()
+	reason := prometheus.Labels{"reason": "eval_error"}
 	o.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_operator_records_dropped_total",
-		Help: "Records dropped by on_error: skip.", ConstLabels: prometheus.Labels{"reason": "eval_error"}})
+		Help: "Records dropped by on_error: skip.", ConstLabels: reason})
 	if err := ctx.Registerer.Register(o.dropped); err != nil {
 		return fmt.Errorf("register transform metrics: %w", err)
 	}
-	if o.policy.policy == kafka.DeadLetter {
-		conn, err := o.policy.conn.ConnectionOptions()
-		if err != nil {
-			return err
-		}
-		cl, err := kgo.NewClient(conn...)
-		if err != nil {
-			return fmt.Errorf("dead letter client: %w", err)
-		}
-		o.dl = &deadLetters{cl: cl, topic: o.policy.topic}
+	if o.policy.policy != kafka.DeadLetter {
+		return nil
 	}
+	o.deadLettered = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_operator_records_dead_lettered_total",
+		Help: "Records written to the dead-letter topic by on_error: dead_letter.", ConstLabels: reason})
+	if err := ctx.Registerer.Register(o.deadLettered); err != nil {
+		return fmt.Errorf("register transform metrics: %w", err)
+	}
+	conn, err := o.policy.conn.ConnectionOptions()
+	if err != nil {
+		return err
+	}
+	if o.cl, err = kgo.NewClient(conn...); err != nil {
+		return fmt.Errorf("dead letter client: %w", err)
+	}
+	if err := kafka.PrepareDeadLetterTopic(ctx.Context(), kadm.NewClient(o.cl), o.policy.topic, ctx.Logger.Warn); err != nil {
+		o.cl.Close()
+		return err
+	}
+	o.dl = kafka.NewDeadLetterWriter(context.Background(), o.cl, o.policy.topic, o.deadLettered)
 	return nil
 }
 
@@ -97,7 +112,7 @@ func (o *transformOp) failed(record []byte, err error) error {
 		o.dropped.Inc()
 		return nil
 	case kafka.DeadLetter:
-		o.dl.write(record, err)
+		o.dl.Write(o.origin, record, err)
 		return nil
 	}
 	return fmt.Errorf("record %s: %w", record, err)
@@ -131,52 +146,37 @@ func (o *transformOp) Snapshot(barrier.CheckpointID) (state.OperatorState, error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	return state.OperatorState{}, o.dl.flush(ctx)
+	return state.OperatorState{}, o.dl.Flush(ctx)
 }
 
 func (o *transformOp) NotifyComplete(barrier.CheckpointID) error { return nil }
 
 func (o *transformOp) Close() error {
-	if o.dl != nil {
-		o.dl.cl.Close()
+	if o.cl != nil {
+		o.cl.Close()
 	}
 	return nil
 }
 
-// deadLetters writes failed records, as JSON of their input fields with the
-// error in a header, to a topic; flush, at every barrier, waits for them so
-// that a checkpoint never covers a record whose dead letter could be lost.
-type deadLetters struct {
-	cl    *kgo.Client
-	topic string
-	mu    struct {
-		sync.Mutex
-		err error
-	}
+// fromKafka is a row of a Kafka source and the record it was decoded from.
+type fromKafka struct {
+	row Row
+	rec *kgo.Record
 }
 
-func (d *deadLetters) write(value []byte, reason error) {
-	rec := &kgo.Record{Topic: d.topic, Value: value, Headers: []kgo.RecordHeader{{Key: kafka.HeaderError, Value: []byte(reason.Error())}}}
-	d.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-		if err != nil {
-			d.mu.Lock()
-			if d.mu.err == nil {
-				d.mu.err = fmt.Errorf("write dead letter to %q: %w", d.topic, err)
-			}
-			d.mu.Unlock()
+// kafkaRowOp runs the steps on the rows of a Kafka source; a row that
+// fails is dead-lettered with its record's origin.
+type kafkaRowOp struct{ *transformOp }
+
+func (o kafkaRowOp) ProcessBatch(in []fromKafka, out *runtime.Collector[Row]) error {
+	defer func() { o.origin = nil }()
+	for i := range in {
+		o.origin = in[i].rec
+		if err := o.process(in[i].row, out); err != nil {
+			return err
 		}
-	})
-}
-
-func (d *deadLetters) flush(ctx context.Context) error {
-	if err := d.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("flush dead letters to %q: %w", d.topic, err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	err := d.mu.err
-	d.mu.err = nil
-	return err
+	return nil
 }
 
 // errNullKey is a null primary key value reaching the writer (checkTables
