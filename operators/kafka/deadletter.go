@@ -144,16 +144,21 @@ func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions
 	}
 	for {
 		details, lerr := adm.ListTopics(ctx, topic)
-		if lerr != nil {
-			return 0, fmt.Errorf("list topic %q: %w", topic, lerr)
-		}
 		d, ok := details[topic]
-		if ok && d.Err == nil && len(d.Partitions) > 0 {
+		if lerr == nil && ok && d.Err == nil && len(d.Partitions) > 0 {
 			return len(d.Partitions), nil
 		}
-		if refused && (!ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition)) {
-			return 0, fmt.Errorf("%w: topic %q does not exist and this client may not create it (%v): create it, or grant the client CREATE on it",
+		if lerr == nil && ok {
+			lerr = d.Err
+		}
+		// Without DESCRIBE (which WRITE implies) the topic is of no use
+		// either, whether it exists or not.
+		if refused && (lerr == nil || errors.Is(lerr, kerr.UnknownTopicOrPartition) || errors.Is(lerr, kerr.TopicAuthorizationFailed)) {
+			return 0, fmt.Errorf("%w: topic %q does not exist and this client may not create it (%v): create it, or grant the client CREATE on it (and WRITE, DESCRIBE)",
 				ErrTopicNotAllowed, topic, err)
+		}
+		if lerr != nil && !errors.Is(lerr, kerr.UnknownTopicOrPartition) {
+			return 0, fmt.Errorf("list topic %q: %w", topic, lerr)
 		}
 		select {
 		case <-ctx.Done():

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
@@ -130,31 +129,9 @@ func (p *producer) createTopic(ctx context.Context) error {
 }
 
 // ensureTopic creates the topic when absent, with one partition per
-// subtask, and returns its partition count. It creates first: listing a
-// missing topic makes the client retry for seconds.
+// subtask, and returns its partition count.
 func (p *producer) ensureTopic(ctx context.Context, adm *kadm.Client) (int, error) {
-	topic := p.spec.Topic
-	resp, err := adm.CreateTopic(ctx, int32(p.partitions), -1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return 0, fmt.Errorf("create topic %q: %w", topic, err)
-	}
-	for {
-		details, err := adm.ListTopics(ctx, topic)
-		if err != nil {
-			return 0, fmt.Errorf("list topic %q: %w", topic, err)
-		}
-		if d, ok := details[topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
-			return len(d.Partitions), nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return kafka.EnsureTopic(ctx, adm, p.spec.Topic, int32(p.partitions))
 }
 
 // resume returns, per partition, the next record number to write there.
