@@ -218,6 +218,9 @@ type Changelog struct {
 	Topic      string          `yaml:"topic" doc:"the topic, one partition per bucket (default: <job>-<table>-changelog)"`
 	Format     ChangelogFormat `yaml:"format" default:"upsert-json" doc:"upsert-json (key = primary key, value = row, delete = tombstone) or debezium-json (before/after/op)"`
 	Mode       ChangelogMode   `yaml:"mode" default:"committed" doc:"committed (only changes covered by a completed checkpoint) or uncommitted (as written, undo entries included)"`
+	// TransactionalID is resolved by the runner (it needs the data
+	// directory's deployment id) when empty.
+	TransactionalID string `yaml:"transactional_id" doc:"the exporter's Kafka transactional id: letters, digits, '.', '_' and '-'; unique on the cluster, or exporters fence each other (default: ebbflow-<deployment id of the data dir>-<job>-<table>)"`
 }
 
 // Checkpoint configures the checkpoint coordinator.

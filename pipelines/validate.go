@@ -599,6 +599,9 @@ func (v *validator) table(path string, t *TableSink) *Table {
 		if len(c.Brokers) == 0 {
 			v.changelogCluster(path+".changelog", c)
 		}
+		if c.TransactionalID != "" && !namePattern.MatchString(c.TransactionalID) {
+			v.fail(path+".changelog.transactional_id", "%q is not a valid transactional id (letters, digits, '.', '_', '-')", c.TransactionalID)
+		}
 		if c.Topic == "" {
 			c.Topic = v.spec.Job.Name + "-" + t.Name + "-changelog"
 		}

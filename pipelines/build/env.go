@@ -120,7 +120,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 				}
 			}
 			if cl := t.Spec.Changelog; cl != nil && changelogs[name] == nil {
-				changelogs[name] = &changelogSpec{spec: cl, interval: p.Spec.Checkpoint.Interval.Std()}
+				changelogs[name] = &changelogSpec{spec: cl, job: p.Spec.Job.Name, interval: p.Spec.Checkpoint.Interval.Std()}
 			}
 		}
 	}
@@ -137,29 +137,54 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		e.warnStaleWriters(name, t, writers[name])
 	}
 	for _, name := range names {
+		t := e.tables[name]
+		exporterHolds, err := exporterHolders(t)
+		if err != nil {
+			return fmt.Errorf("table %q: %w", name, err)
+		}
 		cl := changelogs[name]
 		if cl == nil {
 			// A changelog removed from the job must not keep the log.
-			if err := e.tables[name].ReleaseHold(export.DefaultTransactionalID(name)); err != nil {
-				return fmt.Errorf("table %q: release the changelog's log hold: %w", name, err)
+			for _, h := range exporterHolds {
+				if err := t.ReleaseHold(h); err != nil {
+					return fmt.Errorf("table %q: release the changelog's log hold: %w", name, err)
+				}
 			}
 			continue
 		}
+		deployment, err := DeploymentID(e.opts.DataDir)
+		if err != nil {
+			return err
+		}
+		id := TransactionalID(deployment, cl.job, name, cl.spec.TransactionalID)
+		former := slices.DeleteFunc(exporterHolds, func(h string) bool { return h == id })
 		conn, err := e.kafkaConfig(cl.spec.Connection)
 		if err != nil {
 			return fmt.Errorf("table %q changelog: %w", name, err)
 		}
-		x, err := export.New(export.Config{Table: e.tables[name], Name: name, Topic: cl.spec.Topic, Kafka: conn,
+		x, err := export.New(export.Config{Table: t, Name: name, Topic: cl.spec.Topic, Kafka: conn,
+			TransactionalID: id, FormerTransactionalIDs: former,
 			Mode: export.Mode(cl.spec.Mode), Format: export.Format(cl.spec.Format), CheckpointInterval: cl.interval,
 			Registerer: e.opts.Registerer, Logger: e.log})
 		if err != nil {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
-		e.exporters = append(e.exporters, changelogExport{x: x, table: e.tables[name]})
+		e.exporters = append(e.exporters, changelogExport{x: x, table: t})
 		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "cluster", cl.spec.Cluster(),
-			"brokers", conn.Brokers, "format", cl.spec.Format, "mode", cl.spec.Mode)
+			"brokers", conn.Brokers, "transactional_id", id, "format", cl.spec.Format, "mode", cl.spec.Mode)
 	}
 	return nil
+}
+
+// exporterHolders lists the holds of changelog exporters on the table's
+// log: named by a transactional id, which has no '/', unlike a writer's
+// (job/sink).
+func exporterHolders(t *aggmerge.Table) ([]string, error) {
+	hs, err := t.Holders()
+	if err != nil {
+		return nil, fmt.Errorf("list the log holds: %w", err)
+	}
+	return slices.DeleteFunc(hs, func(h string) bool { return strings.Contains(h, "/") }), nil
 }
 
 // warnStaleWriters warns of writers registered with the table by jobs that
@@ -192,6 +217,7 @@ type changelogExport struct {
 
 type changelogSpec struct {
 	spec     *pipelines.Changelog
+	job      string // the job whose file declares it
 	interval time.Duration
 }
 

@@ -71,6 +71,24 @@ func (t *Table) ReleaseHold(holder string) error {
 	return t.db.Delete(encoding.MetaKey(metaHoldPrefix+holder), pebble.Sync)
 }
 
+// Holders lists, sorted, the holders that have a hold on the log.
+func (t *Table) Holders() ([]string, error) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return nil, err
+	}
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: encoding.MetaKey(metaHoldPrefix), UpperBound: encoding.MetaKey("hold0")})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, strings.TrimPrefix(string(it.Key()[len(encoding.MetaKey("")):]), metaHoldPrefix))
+	}
+	return out, it.Close()
+}
+
 func (t *Table) readHold(holder string) (map[int]uint64, error) {
 	held := map[int]uint64{}
 	raw, closer, err := t.db.Get(encoding.MetaKey(metaHoldPrefix + holder))

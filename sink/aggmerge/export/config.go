@@ -31,8 +31,17 @@ type Config struct {
 	// Format is UpsertJSON (default) or DebeziumJSON.
 	Format Format
 	// TransactionalID is the producer's transactional id, fixed per table
-	// so that a zombie exporter is fenced ("ebbflow-export-<Name>").
+	// so that a zombie exporter is fenced ("ebbflow-export-<Name>"). It is
+	// cluster-wide: two exporters with the same id fence each other, so
+	// give every deployment of a table its own (the runner derives it from
+	// its data directory's deployment id, the job and the table).
 	TransactionalID string
+	// FormerTransactionalIDs are ids this table's exporter used before,
+	// whose holds are still on the table's log. On its first start the
+	// exporter initialises each once, which completes or aborts a
+	// transaction it left open (so the topic's end is final before it
+	// resumes), and releases its hold.
+	FormerTransactionalIDs []string
 	// CheckpointInterval is the checkpoint interval of the jobs writing the
 	// table (1 min): the transaction timeout is derived from it (see
 	// transactionTimeout).

@@ -6,21 +6,29 @@
 // One Exporter per table tails every bucket's log (Table.ReadLog) and
 // produces to one topic with one partition per bucket (partition = bucket;
 // the topic is created if absent, and waited for quietly until the broker
-// lists it; an existing one must have exactly that many partitions). Its producer is transactional with an id fixed per
-// table ("ebbflow-export-<name>"), so a second exporter of the same table
-// fences the first. Each export round reads up to MaxRecordsPerTxn changes
-// over all buckets and commits them in one transaction.
+// lists it; an existing one must have exactly that many partitions). Its
+// producer is transactional with an id fixed per table deployment
+// (Config.TransactionalID; "ebbflow-export-<name>" when unset, which
+// collides across deployments: the runner derives one per data
+// directory), so a second exporter with the same id fences the first. Each
+// export round reads up to MaxRecordsPerTxn changes over all buckets and
+// commits them in one transaction.
 //
 // Every record carries headers: table, table id, bucket, log offset (of
 // the +I, +U or -D entry; an update is exported once, at its +U), the
-// checkpoint that committed it (0 when unknown), the undo flag, the op, and
-// the exporter's own restart point. On start (and after any failed
-// transaction, instead of retrying blindly) the exporter loads its
-// producer id, which fences zombies and aborts their open transaction, then
-// reads the last committed record of every partition (read_committed,
-// backwards in doubling windows past aborted records and markers) and
-// resumes right after its log offset: no gap, no duplicate across crashes.
-// A record of another table id, a log offset beyond the log end, or a
+// checkpoint that committed it (0 when unknown), the undo flag, the op,
+// the exporter's own restart point and its transactional id. On start (and
+// after any failed transaction, instead of retrying blindly) the exporter
+// first reads the last committed record of every partition: records of
+// another table (another table id) stop it with ErrMismatch naming both
+// tables and transactional ids, before it loads a producer id, so it never
+// fences the topic's owner. Then it initialises each of
+// Config.FormerTransactionalIDs once (completing or aborting what they left
+// open) and releases their holds, loads its producer id, which fences
+// zombies and aborts their open transaction, reads the last committed
+// records again (read_committed, backwards in doubling windows past aborted
+// records and markers) and resumes right after their log offsets: no gap,
+// no duplicate across crashes. A log offset beyond the log end, or a
 // restart point below the log's retained start stop the exporter with an
 // error naming the table and offsets (ErrMismatch, ErrGap), never a silent
 // gap. The transaction timeout is two checkpoint intervals plus 10 s.

@@ -25,6 +25,7 @@ type Exporter struct {
 	enc     encoder
 	log     *slog.Logger
 	m       *metrics
+	former  []string // FormerTransactionalIDs not closed yet (Run's goroutine)
 
 	mu struct {
 		sync.Mutex
@@ -48,8 +49,9 @@ func New(cfg Config) (*Exporter, error) {
 	}
 	x := &Exporter{cfg: cfg, buckets: cfg.Table.Schema().Buckets, m: m,
 		log: cfg.Logger.With("table", cfg.Name, "topic", cfg.Topic)}
-	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(),
+	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(), txnID: cfg.TransactionalID,
 		format: cfg.Format, topic: cfg.Topic, now: cfg.Now}
+	x.former = slices.Clone(cfg.FormerTransactionalIDs)
 	x.mu.retain = make([]uint64, x.buckets)
 	x.mu.done = make([]uint64, x.buckets)
 	// Hold the log from its start at once, before a writer's retention may
@@ -139,14 +141,26 @@ func (x *Exporter) session(ctx context.Context) error {
 	if err := x.ensureTopic(ctx, adm); err != nil {
 		return err
 	}
+	// Before loading the producer id, which fences whoever holds this
+	// transactional id: a topic whose records come from another table is
+	// refused without touching its exporter.
+	last, err := x.readLast(ctx, adm, conn)
+	if err != nil {
+		return err
+	}
+	if err := x.checkOwner(last); err != nil {
+		return err
+	}
+	if err := x.closeFormer(ctx, conn); err != nil {
+		return err
+	}
 	// Loading the producer id fences an older exporter with this
 	// transactional id and aborts its open transaction, so what the topic
 	// holds from here on is final.
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("init producer %q: %w", x.cfg.TransactionalID, classify(err))
 	}
-	last, err := x.readLast(ctx, adm, conn)
-	if err != nil {
+	if last, err = x.readLast(ctx, adm, conn); err != nil {
 		return err
 	}
 	cs, err := x.cursors(last)

@@ -37,6 +37,9 @@ const (
 	HeaderCheckpoint = "ebbflow.checkpoint" // decimal id of the checkpoint that committed it (0: unknown, uncommitted mode)
 	HeaderUndo       = "ebbflow.undo"       // "true" for an entry written by undo
 	HeaderOp         = "ebbflow.op"         // +I, +U or -D
+	// HeaderTransactionalID is the transactional id of the exporter that
+	// wrote the record: a newcomer on a topic names the owner it refuses.
+	HeaderTransactionalID = "ebbflow.transactional_id"
 	// HeaderResume is the exporter's own restart point for the bucket: the
 	// log offset it re-reads from after a crash. Consumers ignore it.
 	HeaderResume = "ebbflow.resume"

@@ -14,6 +14,7 @@ type encoder struct {
 	schema aggmerge.Schema
 	table  string
 	id     string // the table's identity
+	txnID  string // the exporter's transactional id
 	format Format
 	topic  string
 	now    func() time.Time
@@ -50,6 +51,7 @@ func (e *encoder) headers(bucket int, c *change) []kgo.RecordHeader {
 		{Key: HeaderUndo, Value: strconv.AppendBool(nil, c.undo)},
 		{Key: HeaderOp, Value: []byte(c.op.String())},
 		{Key: HeaderResume, Value: strconv.AppendUint(nil, c.resume, 10)},
+		{Key: HeaderTransactionalID, Value: []byte(e.txnID)},
 	}
 }
 

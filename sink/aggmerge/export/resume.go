@@ -76,7 +76,59 @@ func (x *Exporter) awaitTopic(ctx context.Context, adm *kadm.Client) error {
 type lastExported struct {
 	found          bool
 	offset, resume uint64 // log offset and restart point of the record
-	tableID        string
+	table, tableID string
+	txnID          string // the writer's transactional id ("" before it was a header)
+}
+
+// checkOwner refuses a topic whose last committed records are of another
+// table (another name, or another table of the same name: another data
+// directory's, or this one recreated), naming both, before this exporter
+// does anything a running owner would notice.
+func (x *Exporter) checkOwner(last []lastExported) error {
+	id := x.cfg.Table.ID().String()
+	for p, l := range last {
+		if !l.found || l.tableID == id {
+			continue
+		}
+		owner := fmt.Sprintf("table %q (id %s", l.table, l.tableID)
+		if l.txnID != "" {
+			owner += fmt.Sprintf(", transactional id %q", l.txnID)
+		}
+		owner += ")"
+		hint := "give each table its own changelog topic"
+		if l.table == x.cfg.Name {
+			hint = "a table of the same name from another data directory, or this table recreated: give each its own changelog topic"
+		}
+		return fmt.Errorf("%w: partition %d of %q holds changes of %s; this exporter writes table %q (id %s, transactional id %q): %s",
+			ErrMismatch, p, x.cfg.Topic, owner, x.cfg.Name, id, x.cfg.TransactionalID, hint)
+	}
+	return nil
+}
+
+// closeFormer initialises each former transactional id once: that
+// completes a commit in flight and aborts a transaction it left open, so
+// its records are final before this exporter reads where it stands; then
+// its hold on the log is released.
+func (x *Exporter) closeFormer(ctx context.Context, conn []kgo.Opt) error {
+	for len(x.former) > 0 {
+		id := x.former[0]
+		cl, err := kgo.NewClient(append(conn[:len(conn):len(conn)], kgo.TransactionalID(id))...)
+		if err != nil {
+			return fmt.Errorf("make producer of former transactional id %q: %w", id, err)
+		}
+		_, _, err = cl.ProducerID(ctx)
+		cl.Close()
+		if err != nil {
+			return fmt.Errorf("init former transactional id %q: %w", id, err)
+		}
+		if err := x.cfg.Table.ReleaseHold(id); err != nil {
+			return fmt.Errorf("release the log hold of former transactional id %q: %w", id, err)
+		}
+		x.log.Info("changelog export: closed the transactions of a former transactional id and released its log hold",
+			"former", id, "transactional_id", x.cfg.TransactionalID)
+		x.former = x.former[1:]
+	}
+	return nil
 }
 
 // readLast finds the last committed record of every partition, reading
@@ -132,7 +184,8 @@ func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Op
 			if !ok1 || !ok2 {
 				return nil, fmt.Errorf("%w: record %d of %s/%d has no %s and %s headers", ErrMismatch, r.Offset, topic, p, HeaderOffset, HeaderResume)
 			}
-			out[p] = lastExported{found: true, offset: off, resume: res, tableID: string(header(r, HeaderTableID))}
+			out[p] = lastExported{found: true, offset: off, resume: res, table: string(header(r, HeaderTable)),
+				tableID: string(header(r, HeaderTableID)), txnID: string(header(r, HeaderTransactionalID))}
 			delete(todo, p)
 		}
 	}
