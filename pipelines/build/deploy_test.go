@@ -63,14 +63,14 @@ func TestDeploymentID(t *testing.T) {
 	}
 }
 
-// deployJob writes the table "orders" from a datagen and publishes its
+// deployJob (job %s) writes the table %s from a datagen and publishes its
 // changelog on brokers %s, topic %s.
 const deployJob = `
 job: {name: %s}
 source:
   datagen: {rate: 500, fields: {k: {uniform: {min: 1, max: 20}}, v: {sequence: {}}}}
 sink:
-  table: {name: orders, primary_key: [k], buckets: 2, columns: {v: {agg: sum}}, changelog: {brokers: [%s], topic: %s}}
+  table: {name: %s, primary_key: [k], buckets: 2, columns: {v: {agg: sum}}, changelog: {brokers: [%s], topic: %s}}
 checkpoint: {interval: 50ms}
 `
 
@@ -82,9 +82,9 @@ type deployment struct {
 	exported chan error
 }
 
-func startDeployment(t *testing.T, dir, job string, brokers []string, topic string) *deployment {
+func startDeployment(t *testing.T, dir, job, table string, brokers []string, topic string) *deployment {
 	t.Helper()
-	p := load(t, fmt.Sprintf(deployJob, job, strings.Join(brokers, ","), topic))
+	p := load(t, fmt.Sprintf(deployJob, job, table, strings.Join(brokers, ","), topic))
 	e := NewEnv(Options{DataDir: dir, Logger: testLogger()})
 	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
 		t.Fatal(err)
@@ -154,9 +154,9 @@ func TestTwoDeploymentsSameTableName(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	adm := kafkatest.Admin(t, brokers)
 	ta, tb := kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers)
-	a := startDeployment(t, t.TempDir(), "team-a", brokers, ta)
+	a := startDeployment(t, t.TempDir(), "team-a", "orders", brokers, ta)
 	awaitGrowth(t, adm, a, ta, 0, "a alone")
-	b := startDeployment(t, t.TempDir(), "team-b", brokers, tb)
+	b := startDeployment(t, t.TempDir(), "team-b", "orders", brokers, tb)
 	awaitGrowth(t, adm, b, tb, 0, "b")
 	// a was not fenced: it goes on exporting after b started.
 	awaitGrowth(t, adm, a, ta, endOffsets(t, adm, ta), "a after b started")
@@ -176,9 +176,9 @@ func TestChangelogTopicOfAnotherTable(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	adm := kafkatest.Admin(t, brokers)
 	topic := kafkatest.TopicName(t, brokers)
-	a := startDeployment(t, t.TempDir(), "team-a", brokers, topic)
+	a := startDeployment(t, t.TempDir(), "team-a", "orders", brokers, topic)
 	awaitGrowth(t, adm, a, topic, 0, "a alone")
-	b := startDeployment(t, t.TempDir(), "team-b", brokers, topic)
+	b := startDeployment(t, t.TempDir(), "team-b", "orders", brokers, topic)
 	var berr error
 	select {
 	case berr = <-b.exported:
@@ -210,7 +210,10 @@ func TestUpgradeFromTableTransactionalID(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.TopicName(t, brokers)
 	dir := t.TempDir()
-	withChangelog := fmt.Sprintf(deployJob, "shop", strings.Join(brokers, ","), topic)
+	// A table name of its own: the former id is the same for every table
+	// of that name on the cluster.
+	table := fmt.Sprintf("orders_%d", time.Now().UnixNano())
+	withChangelog := fmt.Sprintf(deployJob, "shop", table, strings.Join(brokers, ","), topic)
 	without := strings.Replace(withChangelog, fmt.Sprintf(", changelog: {brokers: [%s], topic: %s}", strings.Join(brokers, ","), topic), "", 1)
 	if without == withChangelog {
 		t.Fatal("no changelog to remove")
@@ -231,9 +234,9 @@ func TestUpgradeFromTableTransactionalID(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	tab, _ := e.Table("orders")
-	legacy := export.DefaultTransactionalID("orders")
-	x, err := export.New(export.Config{Table: tab, Name: "orders", Topic: topic, Kafka: kafka.Config{Brokers: brokers}})
+	tab, _ := e.Table(table)
+	legacy := export.DefaultTransactionalID(table)
+	x, err := export.New(export.Config{Table: tab, Name: table, Topic: topic, Kafka: kafka.Config{Brokers: brokers}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,24 +267,26 @@ func TestUpgradeFromTableTransactionalID(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d := startDeployment(t, dir, "shop", brokers, topic)
+	d := startDeployment(t, dir, "shop", table, brokers, topic)
 	adm := kafkatest.Admin(t, brokers)
+	dtab, _ := d.env.Table(table)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		stable, err := adm.ListCommittedOffsets(context.Background(), topic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lso, _ := stable.Lookup(topic, 0); lso.Offset > open.Offset {
+		lso, _ := stable.Lookup(topic, 0)
+		holders, err := dtab.Holders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lso.Offset > open.Offset && !slices.Contains(holders, legacy) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the last stable offset of partition 0 stays at or below the open transaction's record at %d", open.Offset)
+			t.Fatalf("partition 0's last stable offset %d (the open transaction's record: %d), holders %v: the former id was not closed",
+				lso.Offset, open.Offset, holders)
 		}
-	}
-	dtab, _ := d.env.Table("orders")
-	holders, err := dtab.Holders()
-	if err != nil || slices.Contains(holders, legacy) {
-		t.Fatalf("holders %v, %v: the former id's hold is still there", holders, err)
 	}
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)

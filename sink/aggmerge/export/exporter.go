@@ -51,7 +51,7 @@ func New(cfg Config) (*Exporter, error) {
 		log: cfg.Logger.With("table", cfg.Name, "topic", cfg.Topic)}
 	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(), txnID: cfg.TransactionalID,
 		format: cfg.Format, topic: cfg.Topic, now: cfg.Now}
-	x.former = slices.Clone(cfg.FormerTransactionalIDs)
+	x.former = slices.DeleteFunc(slices.Clone(cfg.FormerTransactionalIDs), func(id string) bool { return id == cfg.TransactionalID })
 	x.mu.retain = make([]uint64, x.buckets)
 	x.mu.done = make([]uint64, x.buckets)
 	// Hold the log from its start at once, before a writer's retention may

@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,6 +312,43 @@ func TestExportRefusesRecreatedTable(t *testing.T) {
 	if err := x.Run(ctx); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("Run = %v, want ErrMismatch", err)
 	}
+}
+
+// TestExportNewcomerFencesNobody: an exporter of another table (another
+// data dir's table of the same name) given the same transactional id and
+// the same topic as a running one refuses the topic at its start, naming
+// both, before it loads the producer id: the running exporter is not
+// fenced and goes on exporting.
+func TestExportNewcomerFencesNobody(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, testBuckets)
+	tbl := openTable(t, t.TempDir())
+	w := newMultiWriter(t, tbl, 5)
+	w.batch(20)
+	cfg := Config{Table: tbl, Name: "orders", Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: Uncommitted,
+		TransactionalID: "ebbflow-test-" + topic}
+	x, stop := startExporter(t, cfg)
+	waitExported(t, x, tbl)
+
+	newcomer := cfg
+	newcomer.Table = openTable(t, t.TempDir())
+	newcomer.Registerer = nil
+	nx, err := New(newcomer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = nx.Run(ctx)
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tbl.ID().String()) || !strings.Contains(err.Error(), newcomer.Table.ID().String()) {
+		t.Fatalf("newcomer: %v, want ErrMismatch naming both tables", err)
+	}
+	w.batch(20)
+	waitExported(t, x, tbl)
+	if err := stop(); err != nil {
+		t.Fatalf("the running exporter: %v", err)
+	}
+	sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeAll(t, brokers, topic), UpsertJSON), changeOffsets(t, tbl))
 }
 
 func decimalOf(cents int) decimal.Decimal { return decimal.New(int64(cents), -2) }
