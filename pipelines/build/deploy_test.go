@@ -314,3 +314,34 @@ func caughtUp(done, ends []uint64) bool {
 	}
 	return true
 }
+
+// TestTransactionalIDs: the exporter's id is ebbflow-<deployment>-<job>-
+// <table>, or changelog.transactional_id when the file sets it.
+func TestTransactionalIDs(t *testing.T) {
+	for _, explicit := range []string{"", "team-a.orders"} {
+		dir := t.TempDir()
+		src := fmt.Sprintf(deployJob, "shop", "orders", "127.0.0.1:1", "out")
+		if explicit != "" {
+			src = strings.Replace(src, "topic: out}", "topic: out, transactional_id: "+explicit+"}", 1)
+		}
+		p := load(t, src)
+		e := NewEnv(Options{DataDir: dir, Logger: testLogger()})
+		if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
+			t.Fatal(err)
+		}
+		want := explicit
+		if want == "" {
+			dep, err := DeploymentID(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = "ebbflow-" + dep + "-shop-orders"
+		}
+		if got := e.exporters[0].x.Holder(); got != want {
+			t.Errorf("transactional id %q, want %q", got, want)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
