@@ -20,7 +20,10 @@
 //     offset.
 //   - An undecodable record is never lost silently: it fails the job, is
 //     counted as dropped, or is written to a dead-letter topic before the
-//     checkpoint that covers it completes.
+//     checkpoint that covers it completes. The dead-letter topic is made
+//     when a subtask opens (a topic that may not be made fails the start);
+//     DeadLetterWriter is the one writer of dead letters, also for the
+//     records a YAML job's transforms fail on.
 //   - Broker outages are retried by the client; Read does not fail on them
 //     (they are counted, logged at a limited rate and reported by Healthy).
 //

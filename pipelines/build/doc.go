@@ -15,7 +15,15 @@
 // in keyed state: a second shuffle, by record key), and the transforms operator turns each change into its
 // +I/-U/+U/-D rows, with the kind in the row's kind slot, before running
 // the steps on each; the writers of such a job are declared Retracts and
-// take -U and -D rows back out.
+// take -U and -D rows back out. The rows of a Kafka source carry their
+// record to the transforms, so that a row whose expressions fail is
+// dead-lettered (kafka.DeadLetterWriter) with its origin.
+//
+// A table's changelog exporter gets the transactional id
+// ebbflow-<deployment>-<job>-<table> (DeploymentID: made once per data
+// directory), or the file's changelog.transactional_id; the ids of holds
+// that earlier exporters left on the table's log are passed as former ids,
+// closed once and released.
 //
 // Invariants:
 //   - one Env per data directory and process; it opens each table once
