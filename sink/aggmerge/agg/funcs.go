@@ -60,8 +60,13 @@ func (f *Func) Retract(acc, in Value) (Value, error) {
 	return f.retract(acc, in)
 }
 
-// Idempotent reports whether merging an input a second time changes nothing:
-// Merge(Merge(a, x), x) == Merge(a, x).
+// Idempotent reports whether merging an input again, whatever was merged
+// since, changes nothing: Merge(Merge(Merge(a, x), y), x) ==
+// Merge(Merge(a, x), y) (and so Merge(Merge(a, x), x) == Merge(a, x)).
+// Replaying inputs that were merged already then never changes a value, not
+// even for a moment, which is what lets a writer of only such functions skip
+// undo. last_value is not: replaying x after y sets the value back to x
+// until y is replayed too.
 func (f *Func) Idempotent() bool { return f.def.idempotent }
 
 // Associative reports whether Merge(Merge(a, x), y) == Merge(a, Merge(x, y)),
@@ -94,8 +99,8 @@ var defs = []*def{
 	{name: "count", kinds: []Kind{KindInt64}, retracts: true, build: buildCount},
 	{name: "max", kinds: orderedKinds, idempotent: true, associative: true, build: buildPick(+1)},
 	{name: "min", kinds: orderedKinds, idempotent: true, associative: true, build: buildPick(-1)},
-	{name: "last_value", kinds: allKinds, idempotent: true, associative: true, retracts: true, build: buildLast(false)},
-	{name: "last_non_null_value", aliases: []string{"last_value_ignore_nulls"}, kinds: allKinds, idempotent: true, associative: true, retracts: true, build: buildLast(true)},
+	{name: "last_value", kinds: allKinds, associative: true, retracts: true, build: buildLast(false)},
+	{name: "last_non_null_value", aliases: []string{"last_value_ignore_nulls"}, kinds: allKinds, associative: true, retracts: true, build: buildLast(true)},
 	{name: "first_value", kinds: allKinds, idempotent: true, associative: true, build: buildFirst(false)},
 	{name: "first_non_null_value", aliases: []string{"first_value_ignore_nulls"}, kinds: allKinds, idempotent: true, associative: true, build: buildFirst(true)},
 	{name: "listagg", aliases: []string{"string_agg"}, kinds: []Kind{KindString}, params: map[string]string{"delimiter": ","}, associative: true, build: buildListagg},
