@@ -34,14 +34,13 @@ import (
 var killsFlag = flag.Int("kills", 20, "SIGKILLs of the crash harness before the job may finish")
 
 // The crash harness: Kafka → decode → exactly-once writer (sum, count, max,
-// last_value, listagg), in a child process killed with SIGKILL.
+// last_value, listagg; or, in the skip-undo modes, only idempotent
+// functions, see skipundo_test.go), in a child process killed with SIGKILL.
 const (
 	crashEnv   = "EBBFLOW_WRITER_CRASH" // the child's data dir
 	crashCount = 40_000
 	crashParts = 8 // divides keys: every key lives in one partition, in order
 )
-
-var allColumns = []string{"total", "n", "top", "last", "seqs", "n2"}
 
 // jobs of a harness mode: one job writing every column, or two jobs
 // writing disjoint columns of the same table.
@@ -54,10 +53,13 @@ func jobsOf(mode string) map[string][]string {
 
 func TestMain(m *testing.M) { crashtest.Main(m, crashEnv, crashChild) }
 
-// mapperFor maps an event to the values of the named columns.
-func mapperFor(cols []string) writer.Mapper[operators.Event] {
+// mapperFor maps an event to the values of the named columns (all of sch's
+// when none are named).
+func mapperFor(sch aggmerge.Schema, cols []string) writer.Mapper[operators.Event] {
 	if len(cols) == 0 {
-		cols = allColumns
+		for _, c := range sch.Values {
+			cols = append(cols, c.Name)
+		}
 	}
 	return func(e operators.Event, r *writer.Row) error {
 		r.Kind = runtime.RowInsert
@@ -69,10 +71,14 @@ func mapperFor(cols []string) writer.Mapper[operators.Event] {
 				r.Vals = append(r.Vals, agg.IntValue(e.Value))
 			case "n", "n2":
 				r.Vals = append(r.Vals, agg.IntValue(1))
-			case "last":
+			case "last", "first", "high":
 				r.Vals = append(r.Vals, agg.IntValue(int64(e.Seq)))
 			case "seqs":
 				r.Vals = append(r.Vals, agg.StringValue(strconv.FormatUint(e.Seq, 10)))
+			case "low":
+				r.Vals = append(r.Vals, agg.IntValue(-int64(e.Seq)))
+			case "seen":
+				r.Vals = append(r.Vals, agg.Bitmap64Value(e.Seq))
 			}
 		}
 		return nil
@@ -80,14 +86,26 @@ func mapperFor(cols []string) writer.Mapper[operators.Event] {
 }
 
 // crashChild runs the harness's jobs on one table until killed, or, in the
-// final run, until every input record is in the table.
+// final run, until every input record is in the table. In the skip-undo
+// modes it also exports the table's changelog (committed mode) to the
+// CHANGELOG topic, and the final run ends once the export caught up.
 func crashChild(dir string) error {
 	env := func(k string) string { return os.Getenv(crashEnv + "_" + k) }
-	tbl, err := aggmerge.Open(filepath.Join(dir, "table"), schema(), aggmerge.Options{SyncWrites: env("SYNC") == "1"})
+	sch := schemaOf(env("MODE"))
+	tbl, err := aggmerge.Open(filepath.Join(dir, "table"), sch, aggmerge.Options{SyncWrites: env("SYNC") == "1"})
 	if err != nil {
 		return err
 	}
 	defer tbl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var x *childExport
+	if topic := env("CHANGELOG"); topic != "" {
+		if x, err = startExport(tbl, strings.Split(env("BROKERS"), ","), topic); err != nil {
+			return err
+		}
+		defer x.stop()
+	}
 	par, _ := strconv.Atoi(env("PAR"))
 	seed, _ := strconv.ParseInt(env("SEED"), 10, 64)
 	var jobs []*runtime.Job
@@ -122,25 +140,26 @@ func crashChild(dir string) error {
 		// apart: most kills leave writes past the last checkpoint to undo.
 		cfg := writer.Config{Table: tbl, Columns: cols, UnsafeSkipUndo: env("SKIPUNDO") != "",
 			FlushInterval: 10 * time.Millisecond, NoCombine: env("NOCOMBINE") != ""}
-		if err := writer.To(events, "table", cfg, mapperFor(cols)); err != nil {
+		if err := writer.To(events, "table", cfg, mapperFor(sch, cols)); err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	errs := make(chan error, len(jobs))
 	for _, j := range jobs {
 		go func() { errs <- j.Run(ctx) }()
 	}
 	if n := env("FINAL"); n != "" {
 		want, _ := strconv.ParseInt(n, 10, 64)
-		go stopWhenComplete(tbl, want, jobs, regs)
+		go stopWhenComplete(tbl, want, jobs, regs, env("MODE"))
 	}
 	for range jobs {
 		if err := <-errs; err != nil {
 			return err
 		}
+	}
+	if x != nil && env("FINAL") != "" {
+		return x.caughtUp()
 	}
 	return nil
 }
@@ -173,11 +192,11 @@ func checkpointsDone(reg *prometheus.Registry) float64 {
 func barrierID(n uint64) barrier.CheckpointID { return barrier.CheckpointID(n) }
 
 // stopWhenComplete stops the jobs (final checkpoint) once both count
-// columns reached want: every record is in (or counted twice somewhere). It
+// columns (eventsIn) reached want: every record is in (or counted twice somewhere). It
 // judges only once every job completed a checkpoint in this run, which
 // follows its undo: before, the table may still hold the killed run's
 // writes that undo is about to remove.
-func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, regs []*prometheus.Registry) {
+func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, regs []*prometheus.Registry, mode string) {
 	for _, reg := range regs {
 		for checkpointsDone(reg) == 0 {
 			time.Sleep(10 * time.Millisecond)
@@ -186,8 +205,8 @@ func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, regs
 	for {
 		var n, n2 int64
 		_ = tbl.Scan(func(r aggmerge.Row) error {
-			n += r.Values[1].Int()
-			n2 += r.Values[5].Int()
+			a, b := eventsIn(mode, r)
+			n, n2 = n+a, n2+b
 			return nil
 		})
 		if n >= want && n2 >= want {

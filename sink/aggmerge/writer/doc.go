@@ -23,6 +23,13 @@
 //     OVERWRITE mode, as log entries flagged undo, followed by a rollback
 //     marker naming the range. Entries of other writers are left alone, so
 //     jobs writing disjoint columns do not disturb each other.
+//   - Skipping undo: a sink whose columns are all idempotent (agg's
+//     Func.Idempotent: merging an input again, even after later ones,
+//     changes nothing; not last_value) and that does not retract leaves the
+//     crashed run's writes in place; the replay changes no row until it
+//     passes them, so no value ever goes back. The restore's commit marker
+//     covers an empty range at the baseline, and the next checkpoint's
+//     marker covers those writes (the exporter then exports them).
 //   - Undo is idempotent: the baseline moves only when a new checkpoint
 //     completes, and undo entries come after the entries they undo, so a
 //     crash during undo and a second undo give the same table.

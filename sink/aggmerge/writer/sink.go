@@ -106,7 +106,8 @@ func (c *Config) columnIndexes() []int {
 
 // needsUndo reports whether a restore must undo: always, unless every
 // written function is idempotent and nothing can retract (replaying the
-// input then changes nothing).
+// input then changes no row, not even for a moment: see agg's
+// Func.Idempotent; TestCrashHarnessSkipUndo).
 func (c *Config) needsUndo() bool {
 	if c.UnsafeSkipUndo {
 		return false
