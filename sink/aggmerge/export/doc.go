@@ -50,7 +50,12 @@
 // a writer that is not registered with the table (a plain writer, or one
 // unregistered for good) is final at once. Entries are decided in log
 // order: an undecided entry holds back every later entry of its bucket,
-// whichever writer wrote them, so the order per key is the log's.
+// whichever writer wrote them, so the order per key is the log's. A sink
+// that skips undo (only idempotent columns) rolls nothing back: its
+// restore's commit marker covers the empty range at the baseline, so the
+// crashed run's entries past it wait for the first commit marker after the
+// restore and are exported then (their values never go back: see the
+// writer package).
 //
 // Several writers (jobs writing disjoint columns) share rows, and every
 // entry carries the full row. When an entry of G is discarded, the columns

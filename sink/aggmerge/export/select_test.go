@@ -86,11 +86,7 @@ func (s *scriptWriter) checkpoint(id uint64) uint64 {
 // restoring the given values (nil: clear), then marks the rollback and the
 // restored checkpoint, as writer.recover does.
 func (s *scriptWriter) restore(id, base uint64, restore map[int64]*int64) {
-	epoch, err := s.tbl.Register(strings.SplitN(s.w.ID, "/", 2)[0], s.w.ID, []string{s.col})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.w.Epoch = epoch
+	s.register()
 	end := s.end()
 	b := s.batch(true)
 	keys := make([]int64, 0, len(restore))
@@ -111,6 +107,27 @@ func (s *scriptWriter) restore(id, base uint64, restore map[int64]*int64) {
 		s.t.Fatal(err)
 	}
 	s.apply(b)
+	s.restored(id, base)
+}
+
+// skipRestore re-registers and marks the restored checkpoint without
+// undoing, as writer.recover does for a sink that skips undo.
+func (s *scriptWriter) skipRestore(id, base uint64) {
+	s.register()
+	s.restored(id, base)
+}
+
+// register registers again, for a new epoch.
+func (s *scriptWriter) register() {
+	epoch, err := s.tbl.Register(strings.SplitN(s.w.ID, "/", 2)[0], s.w.ID, []string{s.col})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.w.Epoch = epoch
+}
+
+// restored appends the restore's commit marker: the empty range at base.
+func (s *scriptWriter) restored(id, base uint64) {
 	m := s.batch(false)
 	if err := m.Mark(0, aggmerge.Marker{Kind: aggmerge.MarkerCommit, Checkpoint: id, From: base, To: base}); err != nil {
 		s.t.Fatal(err)
@@ -190,6 +207,23 @@ func TestCommittedExportsOnlyCovered(t *testing.T) {
 	a.checkpoint(1) // 3 marker: covers [0, 3)
 	a.add(2, 7)     // 4 +I, not covered
 	check(t, tbl, "0 +I k=1 ->10,null", "2 +U k=1 10,null>15,null")
+}
+
+// TestCommittedSkippedUndo: a sink that skips undo leaves the crashed run's
+// writes past the baseline in the log; they wait, neither committed nor
+// rolled back, until the first checkpoint after the restore covers them,
+// and are then exported in log order, before the replay's writes.
+func TestCommittedSkippedUndo(t *testing.T) {
+	tbl := twoColumns(t)
+	a := newScriptWriter(t, tbl, "A", "a")
+	a.add(1, 10)            // 0 +I
+	base := a.checkpoint(1) // 1 covers [0, 1)
+	a.add(1, 5)             // 2 -U, 3 +U: the crashed run's
+	a.skipRestore(1, base)  // 4 covers [1, 1)
+	check(t, tbl, "0 +I k=1 ->10,null")
+	a.add(2, 7)     // 5 +I: the replay, past what the crashed run wrote
+	a.checkpoint(2) // 6 covers [1, 6)
+	check(t, tbl, "0 +I k=1 ->10,null", "3 +U k=1 10,null>15,null", "5 +I k=2 ->7,null")
 }
 
 func TestCommittedSkipsRolledBackWrites(t *testing.T) {
