@@ -32,7 +32,9 @@ type userTotal struct {
 // while input keeps arriving, restarts it each time, then stops it
 // gracefully and compares "table scan -o json" with the exact totals of the
 // input. The runner syncs its table writes (syncWritesEnv), so that a kill
-// leaves writes past the last checkpoint for undo to take back.
+// leaves writes past the last checkpoint for undo to take back: the undo
+// logs of the killed runs must show that some did (kills that leave nothing
+// to undo prove little; -kills must be at least 2).
 func TestSIGKILL(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -76,9 +78,11 @@ func TestSIGKILL(t *testing.T) {
 		kafkatest.Produce(t, brokers, recs...)
 	}
 
+	env := []string{syncWritesEnv + "=1"}
+	undone := 0 // keys restored by the undo at the start of each killed run
 	for k := range *killsFlag {
 		produce(200 + rng.Intn(500))
-		c := start(t, []string{syncWritesEnv + "=1"}, args...)
+		c := start(t, env, args...)
 		// input keeps arriving until the kill, so that the table holds
 		// writes past the last checkpoint for undo to take back
 		wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
@@ -90,10 +94,14 @@ func TestSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.exitCode(t, 30*time.Second)
+		undone += undoneKeys(c)
 		t.Logf("kill %d after %s (the undo at that run's start restored %d keys)", k+1, wait, undoneKeys(c))
 	}
+	if undone == 0 {
+		t.Fatalf("seed %d: %d kills, and no undo restored a key: the kills left nothing past the checkpoints, so the test proved little", seed, *killsFlag)
+	}
 	produce(1000)
-	c := start(t, []string{syncWritesEnv + "=1"}, args...)
+	c := start(t, env, args...)
 	diff := "not started"
 	waitFor(t, c, 30*time.Second, "every order in the table (seed "+strconv.FormatInt(seed, 10)+")", func() bool {
 		if liveRunner(dir) == "" {
@@ -106,9 +114,11 @@ func TestSIGKILL(t *testing.T) {
 		return diff == ""
 	})
 	stopGracefully(t, c)
+	undone += undoneKeys(c)
 	if d := equalTotals(scanJSON(t, dir, "totals", "user"), want); d != "" {
 		t.Fatalf("seed %d: %s", seed, d)
 	}
+	t.Logf("seed %d: undo restored %d keys over the runs", seed, undone)
 }
 
 // equalTotals describes the first difference between the scanned table
