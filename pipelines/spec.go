@@ -60,7 +60,7 @@ type KafkaSource struct {
 	StartOffset     StartOffset `yaml:"start_offset" default:"earliest" doc:"where a job without checkpoint starts: earliest, latest, committed (the group's offsets, else earliest), committed-else-latest, or timestamp:<RFC 3339 time or Unix milliseconds>"`
 	Discovery       Duration    `yaml:"discovery_interval" default:"10s" doc:"how often new partitions and topics are looked for; 0s: never"`
 	IsolationLevel  Isolation   `yaml:"isolation_level" default:"read_committed" doc:"read_committed or read_uncommitted"`
-	OnError         OnError     `yaml:"on_error" default:"fail" doc:"a record that cannot be decoded or whose expressions fail: fail the job, skip it (counted in a metric) or dead_letter it"`
+	OnError         OnError     `yaml:"on_error" default:"fail" doc:"a record that cannot be decoded or whose expressions fail: fail the job (at once, without restarts), skip it (counted in a metric) or dead_letter it"`
 	DeadLetterTopic string      `yaml:"dead_letter_topic" doc:"where on_error: dead_letter sends failed records, with the error in a header; required with dead_letter"`
 	FetchMaxBytes   Size        `yaml:"fetch_max_bytes" default:"50MiB" min:"1KiB" doc:"the most bytes one fetch may return"`
 }

@@ -115,7 +115,9 @@ func (o *transformOp) failed(record []byte, err error) error {
 		o.dl.Write(o.origin, record, err)
 		return nil
 	}
-	return fmt.Errorf("record %s: %w", record, err)
+	// A restart would meet the same record again: fail for good, as the
+	// Kafka source does with a record it cannot decode.
+	return runtime.Permanent(fmt.Errorf("record %s: %w", record, err))
 }
 
 // checkTables finds, before the record reaches a writer (where an error
