@@ -25,11 +25,16 @@ func Raw() Format[[]byte] {
 }
 
 // JSON decodes each value into a T with encoding/json (about 0.6M records/s
-// per core for small structs; JSONWith is several times faster).
+// per core for small structs; JSONWith is several times faster). Like every
+// JSON format of the source, it refuses a value that is not valid UTF-8 or
+// nests deeper than 64 levels.
 func JSON[T any]() Format[T] {
 	return func() Decoder[T] {
 		return func(r *kgo.Record) (T, error) {
 			var v T
+			if err := checkJSON(r.Value); err != nil {
+				return v, err
+			}
 			err := json.Unmarshal(r.Value, &v)
 			return v, err
 		}
@@ -38,14 +43,18 @@ func JSON[T any]() Format[T] {
 
 // JSONWith parses each value with a reused fastjson parser and builds the T
 // with build. The parsed value is valid only during the call: copy strings
-// out of it (string(v.GetStringBytes(...)) does).
+// out of it (string(v.GetStringBytes(...)) does). A value that is not valid
+// UTF-8 or nests deeper than 64 levels is a decode error.
 func JSONWith[T any](build func(v *fastjson.Value) (T, error)) Format[T] {
 	return func() Decoder[T] {
 		var p fastjson.Parser
 		return func(r *kgo.Record) (T, error) {
+			var zero T
+			if err := checkJSON(r.Value); err != nil {
+				return zero, err
+			}
 			v, err := p.ParseBytes(r.Value)
 			if err != nil {
-				var zero T
 				return zero, err
 			}
 			return build(v)

@@ -1,9 +1,11 @@
 package kafka
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,10 +28,55 @@ const (
 	fieldChunk = 4096     // fields per chunk
 	byteChunk  = 64 << 10 // string bytes per chunk
 	maxNames   = 4096     // interned field names
-	maxDepth   = 64       // nesting accepted
+	maxDepth   = 64       // nesting accepted: objects and arrays open at once
 )
 
-var errNotObject = errors.New("value is not a JSON object")
+var (
+	errNotObject = errors.New("value is not a JSON object")
+	errUTF8      = errors.New("not valid UTF-8")
+)
+
+// checkJSON enforces what every JSON format of the source requires beyond
+// what its parser checks: UTF-8 text (RFC 8259; a parser would keep invalid
+// bytes in strings, or turn them into U+FFFD, and two different keys could
+// then look alike) and at most maxDepth levels of nesting. Valid input
+// pays for one utf8.Valid and two bytes.Count (vectorized) over the value;
+// only a value with more than maxDepth brackets is scanned for its depth.
+func checkJSON(b []byte) error {
+	if !utf8.Valid(b) {
+		at := 0
+		for at < len(b) {
+			r, n := utf8.DecodeRune(b[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		return fmt.Errorf("%w: invalid byte 0x%02x at offset %d", errUTF8, b[at], at)
+	}
+	if bytes.Count(b, []byte{'{'})+bytes.Count(b, []byte{'['}) <= maxDepth {
+		return nil
+	}
+	depth, str := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case str && c == '\\':
+			i++
+		case str:
+			str = c != '"'
+		case c == '"':
+			str = true
+		case c == '{' || c == '[':
+			if depth++; depth > maxDepth {
+				return fmt.Errorf("nested deeper than %d levels (at offset %d)", maxDepth, i)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
+}
 
 // rowDecoder turns JSON into Rows. Its chunks are only ever appended to:
 // memory handed out in a Row is never written again. A oneShot decoder
@@ -45,6 +92,9 @@ type rowDecoder struct {
 }
 
 func (d *rowDecoder) decode(b []byte) (Row, error) {
+	if err := checkJSON(b); err != nil {
+		return Row{}, err
+	}
 	v, err := d.p.ParseBytes(b)
 	if err != nil {
 		return Row{}, err
@@ -148,18 +198,12 @@ func (d *rowDecoder) value(dst *Value, v *fastjson.Value, depth int) error {
 		dst.kind, dst.str = String, d.str(b)
 	case fastjson.TypeNumber:
 		return d.number(dst, v)
-	case fastjson.TypeObject:
-		if depth >= maxDepth {
-			return fmt.Errorf("objects nested deeper than %d", maxDepth)
-		}
+	case fastjson.TypeObject: // checkJSON bounded the depth
 		o, _ := v.Object()
 		kids, err := d.object(o, depth+1)
 		dst.kind, dst.kids = Object, kids
 		return err
 	case fastjson.TypeArray:
-		if depth >= maxDepth {
-			return fmt.Errorf("arrays nested deeper than %d", maxDepth)
-		}
 		a, _ := v.Array()
 		kids := d.take(len(a))
 		for i, e := range a {
