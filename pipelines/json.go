@@ -124,8 +124,9 @@ func jsonValue(t agg.Type, m *fastjson.Value) (any, error) {
 }
 
 // FromRaw builds a row from a record's key and value (format raw): the
-// fields key and value get them as string or bytes, as the schema says.
-func (b *RowBuilder) FromRaw(key, value []byte) Row {
+// fields key and value get them as string or bytes, as the schema says. A
+// string must be valid UTF-8 (as in format json): bytes take anything.
+func (b *RowBuilder) FromRaw(key, value []byte) (Row, error) {
 	r := make(Row, b.width)
 	for _, f := range b.fields {
 		v := value
@@ -135,12 +136,15 @@ func (b *RowBuilder) FromRaw(key, value []byte) Row {
 		switch {
 		case v == nil:
 		case f.Type.Kind == agg.KindString:
+			if !utf8.Valid(v) {
+				return nil, fmt.Errorf("%w: field %s: not valid UTF-8 (a bytes field takes any bytes)", ErrDecode, f.Name)
+			}
 			r[f.Slot] = string(v)
 		default:
 			r[f.Slot] = append([]byte(nil), v...)
 		}
 	}
-	return r
+	return r, nil
 }
 
 // AppendJSON appends r's input fields as a JSON object that FromJSON reads

@@ -70,20 +70,24 @@ job: {name: j}
 source: {kafka: {topics: [t], format: raw, schema: {key: string, value: bytes}}}
 sink: {table: {name: t, primary_key: [key], columns: {n: {agg: count}}}}
 `)
-	r := p.NewRowBuilder().FromRaw([]byte("k"), []byte{0, 1})
-	if !reflect.DeepEqual(r, Row{"k", []byte{0, 1}}) {
-		t.Errorf("row %v", r)
+	r, err := p.NewRowBuilder().FromRaw([]byte("k"), []byte{0, 0xff})
+	if err != nil || !reflect.DeepEqual(r, Row{"k", []byte{0, 0xff}}) {
+		t.Errorf("row %v, %v", r, err)
 	}
-	if r := p.NewRowBuilder().FromRaw(nil, []byte("v")); r[0] != nil {
-		t.Errorf("null key: %v", r)
+	if r, err := p.NewRowBuilder().FromRaw(nil, []byte("v")); err != nil || r[0] != nil {
+		t.Errorf("null key: %v, %v", r, err)
+	}
+	// A string key must be UTF-8, or two keys could export alike (U+FFFD).
+	if _, err := p.NewRowBuilder().FromRaw([]byte("k\xff"), nil); !errors.Is(err, ErrDecode) || !strings.Contains(err.Error(), "field key: not valid UTF-8") {
+		t.Errorf("invalid UTF-8 key: %v, want ErrDecode", err)
 	}
 	q := loadOne(t, `
 job: {name: j}
 source: {kafka: {topics: [t], format: raw}}
 sink: {table: {name: t, primary_key: [value], columns: {n: {agg: count}}}}
 `)
-	if r := q.NewRowBuilder().FromRaw([]byte("k"), []byte("v")); !reflect.DeepEqual(r, Row{"v"}) {
-		t.Errorf("default raw schema: %v", r)
+	if r, err := q.NewRowBuilder().FromRaw([]byte("k"), []byte("v")); err != nil || !reflect.DeepEqual(r, Row{"v"}) {
+		t.Errorf("default raw schema: %v, %v", r, err)
 	}
 }
 

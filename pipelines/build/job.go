@@ -158,7 +158,8 @@ func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.
 	if k.Format == pipelines.FormatRaw {
 		format = func() kafka.Decoder[fromKafka] {
 			return func(r *kgo.Record) (fromKafka, error) {
-				return fromKafka{row: rows.FromRaw(r.Key, r.Value), rec: r}, nil
+				row, err := rows.FromRaw(r.Key, r.Value)
+				return fromKafka{row: row, rec: r}, err
 			}
 		}
 	}
