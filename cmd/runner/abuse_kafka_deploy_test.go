@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 )
@@ -31,8 +28,8 @@ func TestAbuseTwoTeamsOneCluster(t *testing.T) {
 	}
 	grown := func(c *child, topic string, what string) {
 		t.Helper()
-		from := topicEnd(t, adm, topic)
-		waitFor(t, c, 60*time.Second, what, func() bool { return topicEnd(t, adm, topic) > from })
+		from := kafkatest.EndOffsets(t, adm, topic)
+		waitFor(t, c, 60*time.Second, what, func() bool { return kafkatest.EndOffsets(t, adm, topic) > from })
 	}
 	ta, tb := kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers)
 	dirA, dirB, dirC := t.TempDir(), t.TempDir(), t.TempDir()
@@ -53,18 +50,6 @@ func TestAbuseTwoTeamsOneCluster(t *testing.T) {
 	grown(a, ta, "A exporting after C failed")
 	stopGracefully(t, b)
 	stopGracefully(t, a)
-}
-
-// topicEnd sums the end offsets of topic's partitions (0 before it exists).
-func topicEnd(t *testing.T, adm *kadm.Client, topic string) int64 {
-	t.Helper()
-	ends, err := adm.ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += max(o.Offset, 0) })
-	return n
 }
 
 func deployment(t *testing.T, dir string) string {

@@ -3,15 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/ebbflow/ebbflow/internal/damage"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 )
 
@@ -41,27 +40,6 @@ func stoppedQuickstart(t *testing.T) (dir, orders string) {
 	return dir, totalOrders(want)
 }
 
-// newestTableFile returns the highest-numbered file of pebble's with
-// suffix in a table's directory.
-func newestTableFile(t *testing.T, tableDir, suffix string) string {
-	t.Helper()
-	ents, err := os.ReadDir(tableDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), suffix) {
-			names = append(names, e.Name())
-		}
-	}
-	if len(names) == 0 {
-		t.Fatalf("no %s file in %s", suffix, tableDir)
-	}
-	slices.Sort(names)
-	return filepath.Join(tableDir, names[len(names)-1])
-}
-
 // wantOneLine checks that a failed command said why in one "runner:" line
 // naming every one of names, without a Go stack or pebble's own output.
 func wantOneLine(t *testing.T, what, stderr string, names ...string) {
@@ -85,14 +63,8 @@ func wantOneLine(t *testing.T, what, stderr string, names ...string) {
 func TestAbuseTruncatedWAL(t *testing.T) {
 	dir, orders := stoppedQuickstart(t)
 	tableDir := build.TableDir(dir, "revenue")
-	wal := newestTableFile(t, tableDir, ".log")
-	info, err := os.Stat(wal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(wal, info.Size()/2); err != nil {
-		t.Fatal(err)
-	}
+	wal := damage.Newest(t, tableDir, ".log")
+	damage.Rewrite(t, wal, func(raw []byte) []byte { return raw[:len(raw)/2] })
 	_, stderr, code := runCLIErr(t, nil, "table", "scan", "--data-dir", dir, "--table", "revenue", "-o", "json")
 	if code != exitRestore {
 		t.Fatalf("table scan of a table that lost synced writes: exit %d, want %d; stderr:\n%s", code, exitRestore, stderr)
@@ -141,17 +113,8 @@ func TestAbuseCorruptSST(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	sst := newestTableFile(t, tableDir, ".sst")
-	raw, err := os.ReadFile(sst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 64; i < len(raw)/2; i += 7 {
-		raw[i] ^= 0xff
-	}
-	if err := os.WriteFile(sst, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	sst := damage.Newest(t, tableDir, ".sst")
+	damage.Scribble(t, sst)
 	_, stderr, code := runCLIErr(t, nil, "table", "scan", "--data-dir", dir, "--table", "revenue")
 	if code != exitRestore {
 		t.Fatalf("table scan of a corrupt sstable: exit %d, want %d; stderr:\n%s", code, exitRestore, stderr)

@@ -138,3 +138,17 @@ func WaitStable(t testing.TB, brokers []string, topic string) {
 		}
 	}
 }
+
+// EndOffsets sums the end offsets of topic's partitions, records and
+// transaction markers alike (0 before the topic exists): it grows whenever
+// anything is written to the topic.
+func EndOffsets(t testing.TB, adm *kadm.Client, topic string) int64 {
+	t.Helper()
+	ends, err := adm.ListEndOffsets(timeoutContext(t), topic)
+	if err != nil {
+		t.Fatalf("kafkatest: end offsets of %q: %v", topic, err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += max(o.Offset, 0) })
+	return n
+}

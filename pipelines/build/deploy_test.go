@@ -112,26 +112,13 @@ func (d *deployment) stop(t *testing.T) error {
 	return err
 }
 
-// endOffsets sums the end offsets of topic (records and transaction
-// markers).
-func endOffsets(t *testing.T, adm *kadm.Client, topic string) int64 {
-	t.Helper()
-	ends, err := adm.ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += max(o.Offset, 0) })
-	return n
-}
-
 // awaitGrowth waits until the end offsets of topic exceed from, while d's
 // exporters keep running.
 func awaitGrowth(t *testing.T, adm *kadm.Client, d *deployment, topic string, from int64, what string) int64 {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if n := endOffsets(t, adm, topic); n > from {
+		if n := kafkatest.EndOffsets(t, adm, topic); n > from {
 			return n
 		}
 		select {
@@ -159,7 +146,7 @@ func TestTwoDeploymentsSameTableName(t *testing.T) {
 	b := startDeployment(t, t.TempDir(), "team-b", "orders", brokers, tb)
 	awaitGrowth(t, adm, b, tb, 0, "b")
 	// a was not fenced: it goes on exporting after b started.
-	awaitGrowth(t, adm, a, ta, endOffsets(t, adm, ta), "a after b started")
+	awaitGrowth(t, adm, a, ta, kafkatest.EndOffsets(t, adm, ta), "a after b started")
 	if err := b.stop(t); err != nil {
 		t.Fatalf("b: %v", err)
 	}
@@ -193,7 +180,7 @@ func TestChangelogTopicOfAnotherTable(t *testing.T) {
 	if err := b.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	awaitGrowth(t, adm, a, topic, endOffsets(t, adm, topic), "a after the newcomer failed")
+	awaitGrowth(t, adm, a, topic, kafkatest.EndOffsets(t, adm, topic), "a after the newcomer failed")
 	if err := a.stop(t); err != nil {
 		t.Fatalf("a: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/ebbflow/ebbflow/internal/damage"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -43,50 +44,20 @@ func writeSynced(t *testing.T, dir string, n int, flush bool) []uint64 {
 	return ends
 }
 
-// newestFile returns the path of the highest-numbered file of pebble's
-// with suffix in dir.
-func newestFile(t *testing.T, dir, suffix string) string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), suffix) {
-			names = append(names, e.Name())
-		}
-	}
-	if len(names) == 0 {
-		t.Fatalf("no %s file in %s", suffix, dir)
-	}
-	slices.Sort(names)
-	return filepath.Join(dir, names[len(names)-1])
-}
-
-// TestLostWALTail damages the table's write-ahead log after a Sync, by
-// truncating it or flipping a byte of its tail, both of which pebble takes
-// for the end of a torn write and silently cuts: Open must report the loss
-// as corruption naming the table, the WAL and each bucket's offsets.
 func TestLostWALTail(t *testing.T) {
-	for _, damage := range []string{"truncate", "flip"} {
-		t.Run(damage, func(t *testing.T) {
+	for _, how := range []string{"truncate", "flip"} {
+		t.Run(how, func(t *testing.T) {
 			dir := t.TempDir()
 			synced := writeSynced(t, dir, 50, false)
-			wal := newestFile(t, dir, ".log")
-			raw, err := os.ReadFile(wal)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if damage == "truncate" {
-				raw = raw[:len(raw)/2]
-			} else {
+			wal := damage.Newest(t, dir, ".log")
+			damage.Rewrite(t, wal, func(raw []byte) []byte {
+				if how == "truncate" {
+					return raw[:len(raw)/2]
+				}
 				raw[len(raw)*3/4] ^= 0x5a
-			}
-			if err := os.WriteFile(wal, raw, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			_, err = Open(dir, Schema{}, Options{})
+				return raw
+			})
+			_, err := Open(dir, Schema{}, Options{})
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("open of a table that lost synced writes: %v, want ErrCorrupt", err)
 			}
@@ -153,18 +124,9 @@ func TestSyncedEndsNoFalseAlarm(t *testing.T) {
 func TestCorruptSST(t *testing.T) {
 	dir := t.TempDir()
 	writeSynced(t, dir, 500, true)
-	sst := newestFile(t, dir, ".sst")
-	raw, err := os.ReadFile(sst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 64; i < len(raw)/2; i += 7 {
-		raw[i] ^= 0xff
-	}
-	if err := os.WriteFile(sst, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(dir, Schema{}, Options{})
+	sst := damage.Newest(t, dir, ".sst")
+	damage.Scribble(t, sst)
+	_, err := Open(dir, Schema{}, Options{})
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("open of a table with a corrupt sstable: %v, want one line of ErrCorrupt naming %s", err, sst)
 	}
