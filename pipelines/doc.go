@@ -3,7 +3,7 @@
 // with the concrete sources and sinks (this package never imports Kafka,
 // pebble or the table engine).
 //
-// Load parses each document of each file into yaml.v3 nodes, applies the
+// Load parses each document of each file into yaml nodes, applies the
 // --set overrides to the node tree, and decodes the tree against Spec, led
 // by struct tags (see decode.go): defaults first, then the file's values
 // with ${VAR} substitution. It then validates what crosses keys: the fields

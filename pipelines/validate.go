@@ -10,7 +10,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/shopspring/decimal"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 var (
