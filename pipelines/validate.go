@@ -690,11 +690,16 @@ func (v *validator) column(path string, c *Column, key []string) (TableColumn, b
 	}
 	f, err := agg.New(fn, t, c.Params)
 	if err != nil {
-		where := path + ".agg"
-		if strings.Contains(err.Error(), "parameter") {
-			where = path + ".params"
+		var pe *agg.ParamError
+		var te *agg.TypeError
+		switch {
+		case errors.As(err, &pe):
+			v.fail(path+".params", "%s", pe.Reason())
+		case errors.As(err, &te):
+			v.fail(path+".agg", "%s", te.Reason())
+		default:
+			v.fail(path+".agg", "%v", err)
 		}
-		v.fail(where, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), "agg: type mismatch: "), "agg: "))
 		return TableColumn{}, false
 	}
 	if v.changelog != "" && !f.CanRetract() {

@@ -17,6 +17,43 @@ var (
 	ErrCorruptInput  = errors.New("agg: corrupt input")
 )
 
+// TypeError is New's refusal of a column type the function does not accept.
+// It wraps ErrType; errors.As gives the details.
+type TypeError struct {
+	Func    string // the function
+	Type    Type   // the refused type
+	Accepts []Kind // the kinds the function accepts
+}
+
+func (e *TypeError) Error() string { return ErrType.Error() + ": " + e.Reason() }
+
+func (e *TypeError) Unwrap() error { return ErrType }
+
+// Reason is the error without the package's prefix, for a caller that
+// places it itself (at a position in a job file).
+func (e *TypeError) Reason() string {
+	return fmt.Sprintf("%s does not accept %s (accepts %s)", e.Func, e.Type, kindList(e.Accepts))
+}
+
+// ParamError is New's refusal of a parameter: one the function does not
+// have (Problem empty), or a value it cannot take. errors.As gives it.
+type ParamError struct {
+	Func    string // the function
+	Param   string // the parameter
+	Problem string // what is wrong with the value, e.g. "must not be empty"
+}
+
+func (e *ParamError) Error() string { return "agg: " + e.Reason() }
+
+// Reason is the error without the package's prefix, for a caller that
+// places it itself (at a position in a job file).
+func (e *ParamError) Reason() string {
+	if e.Problem == "" {
+		return fmt.Sprintf("function %s has no parameter %q", e.Func, e.Param)
+	}
+	return fmt.Sprintf("function %s: parameter %s %s", e.Func, e.Param, e.Problem)
+}
+
 // Func is an aggregate function bound to a column type and its parameters.
 // Merge folds an input into the accumulator; Retract applies the inverse
 // (nil when the function cannot retract). Neither modifies its arguments.
@@ -152,7 +189,7 @@ func New(name string, t Type, params map[string]string) (*Func, error) {
 		return nil, err
 	}
 	if !slices.Contains(d.kinds, t.Kind) {
-		return nil, fmt.Errorf("%w: %s does not accept %s (accepts %s)", ErrType, d.name, t, kindList(d.kinds))
+		return nil, &TypeError{Func: d.name, Type: t, Accepts: d.kinds}
 	}
 	p := make(map[string]string, len(d.params))
 	for k, v := range d.params {
@@ -165,11 +202,16 @@ func New(name string, t Type, params map[string]string) (*Func, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if _, ok := d.params[k]; !ok {
-			return nil, fmt.Errorf("agg: function %s has no parameter %q", d.name, k)
+			return nil, &ParamError{Func: d.name, Param: k}
 		}
 		p[k] = params[k]
 	}
 	merge, retract, err := d.build(t, p)
+	var pe *ParamError
+	if errors.As(err, &pe) {
+		pe.Func = d.name
+		return nil, pe
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agg: function %s: %w", d.name, err)
 	}

@@ -268,6 +268,43 @@ func TestTypesChecked(t *testing.T) {
 	}
 }
 
+// New's refusals of a type or a parameter are typed, so that a caller can
+// place them (pipelines points at the params of a column) without reading
+// the text, and their texts stay what they were.
+func TestNewErrorsAreTyped(t *testing.T) {
+	_, err := New("sum", String, nil)
+	var te *TypeError
+	if !errors.As(err, &te) || !errors.Is(err, ErrType) || te.Func != "sum" || te.Type != String {
+		t.Fatalf("New(sum, string) = %#v, want a *TypeError wrapping ErrType", err)
+	}
+	if want := "agg: type mismatch: sum does not accept string (accepts int64, float64, decimal)"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	for _, c := range []struct {
+		fn     string
+		params map[string]string
+		want   ParamError
+		text   string
+	}{
+		{"sum", map[string]string{"delimiter": ","}, ParamError{Func: "sum", Param: "delimiter"}, `agg: function sum has no parameter "delimiter"`},
+		{"listagg", map[string]string{"delimiter": ""}, ParamError{Func: "listagg", Param: "delimiter", Problem: "must not be empty"},
+			"agg: function listagg: parameter delimiter must not be empty"},
+	} {
+		_, err := New(c.fn, String, c.params)
+		if c.fn == "sum" {
+			_, err = New(c.fn, Int64, c.params)
+		}
+		var pe *ParamError
+		if !errors.As(err, &pe) || *pe != c.want {
+			t.Errorf("New(%s, %v) = %#v, want %#v", c.fn, c.params, err, c.want)
+			continue
+		}
+		if err.Error() != c.text || pe.Reason() != strings.TrimPrefix(c.text, "agg: ") {
+			t.Errorf("error %q (reason %q), want %q", err, pe.Reason(), c.text)
+		}
+	}
+}
+
 func TestAliases(t *testing.T) {
 	for alias, name := range map[string]string{
 		"last_value_ignore_nulls":  "last_non_null_value",

@@ -1,13 +1,11 @@
 package agg
 
-import "errors"
-
 // buildListagg appends inputs separated by the delimiter parameter; nulls
 // are skipped, an empty string is appended as an empty item.
 func buildListagg(_ Type, p map[string]string) (mergeFn, mergeFn, error) {
 	delim := p["delimiter"]
 	if delim == "" {
-		return nil, nil, errors.New("parameter delimiter must not be empty")
+		return nil, nil, &ParamError{Param: "delimiter", Problem: "must not be empty"}
 	}
 	return func(acc, in Value) (Value, error) {
 		if in.IsNull() {
