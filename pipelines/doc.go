@@ -13,6 +13,13 @@
 // across jobs, names and shared tables. The key reference docs/YAML.md is
 // generated from the same tags and checked by a test.
 //
+// Sources, transforms and sinks are components: each kind is one key of
+// Source, Transform or Sink, with its own spec type and its own check
+// (validate_kafka.go, validate_datagen.go, validate_transforms.go,
+// validate_table.go), listed in the registry of registry.go (Components),
+// which the decoder and the validator dispatch on; pipelines/build wires
+// each registered kind of source and sink by the same name.
+//
 // The pure parts of running a Pipeline are here too, for the sources,
 // operators and sinks that the wiring builds: RowBuilder makes Rows from
 // JSON or raw Kafka records (and AppendJSON the reverse), Generator makes

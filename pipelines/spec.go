@@ -38,16 +38,6 @@ type Source struct {
 	Datagen *DatagenSource `yaml:"datagen" doc:"generate records"`
 }
 
-func (*Source) oneOf() []string { return []string{"kafka", "datagen"} }
-
-// Kind returns the registry name of the source's kind.
-func (s *Source) Kind() string {
-	if s.Datagen != nil {
-		return "datagen"
-	}
-	return "kafka"
-}
-
 // KafkaSource reads records from Kafka topics, with its partitions assigned
 // explicitly to subtasks and offsets kept in checkpoints.
 type KafkaSource struct {
@@ -168,8 +158,6 @@ type Transform struct {
 	Rename  []Rename `yaml:"rename" form:"map" doc:"old name to new name"`
 }
 
-func (*Transform) oneOf() []string { return []string{"filter", "map", "drop", "project", "rename"} }
-
 // Assign sets a field to the value of an expression.
 type Assign struct {
 	Field string `key:"true"`
@@ -187,11 +175,6 @@ type Sink struct {
 	Name  string     `yaml:"name" doc:"the operator's name (default: the table's name)"`
 	Table *TableSink `yaml:"table" doc:"write into an aggregation-merge table"`
 }
-
-func (*Sink) oneOf() []string { return []string{"table"} }
-
-// Kind returns the registry name of the sink's kind.
-func (*Sink) Kind() string { return "table" }
 
 // TableSink writes records into a primary-key table whose columns aggregate.
 type TableSink struct {
