@@ -4,6 +4,10 @@
 // (the data directory, the embedded broker, the tables and their changelog
 // exporters).
 //
+// Each kind of source and sink that pipelines registers
+// (pipelines.Components) has its wiring here, by name (sourceWiring,
+// sinkWiring in job.go); a test keeps the two registries equal.
+//
 // A job is built as: each source → its own "<source>-transforms" operator
 // (so a runtime expression error follows that source's on_error policy) →
 // a union when there are several sources → for each table sink, the writer

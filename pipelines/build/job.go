@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,51 +66,99 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 		out = runtime.Union("union", streams...)
 	}
 	for i, s := range p.Spec.Sinks {
-		t := p.Tables[i]
-		table, ok := e.tables[t.Spec.Name]
-		if !ok {
-			return nil, fmt.Errorf("job %q: table %q is not open", p.Spec.Job.Name, t.Spec.Name)
+		wire, err := wiringOf(sinkWiring, pipelines.RoleSink, s.Kind())
+		if err == nil {
+			err = wire(e, j, i, out)
 		}
-		cols := make([]string, len(t.Columns))
-		for k, c := range t.Columns {
-			cols[k] = c.Name
-		}
-		// The log is truncated below what the sink's retained checkpoints and
-		// the changelog exporter (whose hold OpenTables placed) still need.
-		cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
-			UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
-		if err := writer.To(out, s.Name, cfg, mapper(p, t)); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("job %q sink %q: %w", p.Spec.Job.Name, s.Name, err)
 		}
 	}
 	return j, nil
 }
 
+// The wiring of each kind of component that pipelines registers
+// (pipelines.Components), by name: a source adds its records and its
+// "<source>-transforms" operator to the job and returns the transformed
+// stream; a sink consumes the job's stream. Transforms need none: they run
+// in each source's transforms operator (pipelines.Transformer).
+var (
+	sourceWiring = map[string]func(e *Env, j *Job, i int) (runtime.Stream[Row], error){
+		"kafka":   (*Env).kafkaInput,
+		"datagen": (*Env).datagenInput,
+	}
+	sinkWiring = map[string]func(e *Env, j *Job, i int, in runtime.Stream[Row]) error{
+		"table": (*Env).tableSink,
+	}
+)
+
+// wiringOf returns the wiring of a kind of component, or an error naming
+// the kinds that have one.
+func wiringOf[W any](wirings map[string]W, role pipelines.Role, kind string) (W, error) {
+	w, ok := wirings[kind]
+	if !ok {
+		return w, fmt.Errorf("no wiring for %s kind %q (wired: %s)", role, kind, strings.Join(slices.Sorted(maps.Keys(wirings)), ", "))
+	}
+	return w, nil
+}
+
 // input adds source i of the job and its transforms, and returns the
 // transformed stream.
 func (e *Env) input(j *Job, i int) (runtime.Stream[Row], error) {
+	wire, err := wiringOf(sourceWiring, pipelines.RoleSource, j.p.Spec.Sources[i].Kind())
+	if err != nil {
+		return runtime.Stream[Row]{}, err
+	}
+	return wire(e, j, i)
+}
+
+// kafkaInput adds Kafka source i of the job and its transforms.
+func (e *Env) kafkaInput(j *Job, i int) (runtime.Stream[Row], error) {
 	p := j.p
 	name := p.Spec.Sources[i].Name
 	k := p.Spec.Sources[i].Kafka
-	switch {
-	case k != nil && k.Format.Changelog():
+	if k.Format.Changelog() {
 		changes, policy, err := e.changelogSource(j, name, k)
 		if err != nil {
 			return runtime.Stream[Row]{}, err
 		}
 		return runtime.Apply(changes, name+"-transforms", func() runtime.Operator[kafka.Change, Row] { return newChangeOp(p, policy) }), nil
-	case k != nil:
-		recs, policy, err := e.kafkaRows(j, name, k)
-		if err != nil {
-			return runtime.Stream[Row]{}, err
-		}
-		return runtime.Apply(recs, name+"-transforms", func() runtime.Operator[fromKafka, Row] { return kafkaRowOp{newTransformOp(p, policy)} }), nil
 	}
+	recs, policy, err := e.kafkaRows(j, name, k)
+	if err != nil {
+		return runtime.Stream[Row]{}, err
+	}
+	return runtime.Apply(recs, name+"-transforms", func() runtime.Operator[fromKafka, Row] { return kafkaRowOp{newTransformOp(p, policy)} }), nil
+}
+
+// datagenInput adds datagen source i of the job and its transforms.
+func (e *Env) datagenInput(j *Job, i int) (runtime.Stream[Row], error) {
+	p := j.p
 	s, err := e.datagen(j, i)
 	if err != nil {
 		return runtime.Stream[Row]{}, err
 	}
-	return runtime.Apply(s, name+"-transforms", func() runtime.Operator[Row, Row] { return newTransformOp(p, &errorPolicy{}) }), nil
+	return runtime.Apply(s, p.Spec.Sources[i].Name+"-transforms", func() runtime.Operator[Row, Row] { return newTransformOp(p, &errorPolicy{}) }), nil
+}
+
+// tableSink adds table sink i of the job: the exactly-once writer of its
+// table, fed with in.
+func (e *Env) tableSink(j *Job, i int, in runtime.Stream[Row]) error {
+	p := j.p
+	t := p.Tables[i]
+	table, ok := e.tables[t.Spec.Name]
+	if !ok {
+		return fmt.Errorf("table %q is not open", t.Spec.Name)
+	}
+	cols := make([]string, len(t.Columns))
+	for k, c := range t.Columns {
+		cols[k] = c.Name
+	}
+	// The log is truncated below what the sink's retained checkpoints and
+	// the changelog exporter (whose hold OpenTables placed) still need.
+	cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
+		UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
+	return writer.To(in, p.Spec.Sinks[i].Name, cfg, mapper(p, t))
 }
 
 // datagen adds datagen source i of the job: straight into the job, or
