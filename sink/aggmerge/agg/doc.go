@@ -5,7 +5,9 @@
 // Fluss/Paimon names and aliases.
 //
 // It performs no IO. A function is bound to a column type with New, which
-// checks that the type is accepted; Merge and Retract are pure.
+// checks that the type is accepted; Merge and Retract are pure. Its refusals
+// are typed for callers that place them: a *TypeError (wrapping ErrType) or
+// a *ParamError, whose Reason is the message without the package prefix.
 //
 // Invariants:
 //   - a value is Absent (never written), Null (a written null) or Present;
