@@ -1,5 +1,5 @@
 // Package depcheck holds the test that keeps the import direction of
-// DESIGN.md §2: nothing imports upward.
+// docs/ARCHITECTURE.md: nothing imports upward.
 package depcheck
 
 import (
