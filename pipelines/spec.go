@@ -48,7 +48,7 @@ type KafkaSource struct {
 	Format          Format      `yaml:"format" default:"json" doc:"how a record value is decoded: json (an object whose keys are the schema's fields), raw (the value as one field), or a changelog whose updates and deletes retract: upsert-json (key = primary key, value = row or null; the old row is kept in state) or debezium-json (before/after/op)"`
 	Schema          []Field     `yaml:"schema" form:"map" doc:"field name to type (string, int64, float64, bool, decimal(p,s), timestamp, bytes); required for json and the changelog formats (the fields of a row image); for raw at most key and value, string or bytes (default {value: string})"`
 	StartOffset     StartOffset `yaml:"start_offset" default:"earliest" doc:"where a job without checkpoint starts: earliest, latest, committed (the group's offsets, else earliest), committed-else-latest, or timestamp:<RFC 3339 time or Unix milliseconds>"`
-	Discovery       Duration    `yaml:"discovery_interval" default:"10s" doc:"how often new partitions and topics are looked for; 0s: never"`
+	Discovery       Duration    `yaml:"discovery_interval" default:"10s" doc:"how often new partitions and topics are looked for; 0s: only when the source opens (also on a restore)"`
 	IsolationLevel  Isolation   `yaml:"isolation_level" default:"read_committed" doc:"read_committed or read_uncommitted"`
 	OnError         OnError     `yaml:"on_error" default:"fail" doc:"a record that cannot be decoded or whose expressions fail: fail the job (at once, without restarts), skip it (counted in a metric) or dead_letter it"`
 	DeadLetterTopic string      `yaml:"dead_letter_topic" doc:"where on_error: dead_letter sends failed records, with the error in a header; required with dead_letter"`
