@@ -13,17 +13,12 @@ import (
 )
 
 // ackMsg is a task's acknowledgement of a checkpoint with its snapshots,
-// one per link of its chain.
+// one per link of its chain, or, with err set, a decline.
 type ackMsg struct {
 	id    barrier.CheckpointID
 	task  *task
 	snaps []state.SubtaskSnapshot
-	err   error // set when persisting failed: the checkpoint is declined
-}
-
-type declineMsg struct {
-	id  barrier.CheckpointID
-	err error
+	err   error // the checkpoint is declined: persisting failed, or an alignment was aborted
 }
 
 // pendingCheckpoint collects the acks of the checkpoint in flight.
@@ -38,8 +33,9 @@ type pendingCheckpoint struct {
 // coordinator triggers checkpoints at the sources, collects acks, writes the
 // metadata of completed checkpoints and tells every task. It runs on one
 // goroutine owned by the attempt; tasks reach it only through buffered
-// channels and it reaches tasks only through their mailboxes, so neither
-// side blocks the other.
+// channels (a task waits while one is full: the coordinator drains them and
+// never blocks on a task) and it reaches tasks only through their mailboxes,
+// which never block.
 type coordinator struct {
 	att      *attempt
 	storage  *state.Storage
@@ -47,8 +43,7 @@ type coordinator struct {
 	nextID   barrier.CheckpointID
 	tasks    []*task
 	sources  []*task
-	acks     chan ackMsg
-	declines chan declineMsg
+	acks     chan ackMsg // acks and declines
 	finished chan *task
 
 	pending       *pendingCheckpoint
@@ -73,19 +68,13 @@ func (c *coordinator) setTasks(tasks []*task) {
 	}
 	c.sourcesActive = len(c.sources)
 	c.acks = make(chan ackMsg, 2*len(tasks))
-	c.declines = make(chan declineMsg, 2*len(tasks))
 	c.finished = make(chan *task, len(c.sources))
 }
 
 // ack is called by a task after snapshotting; persists run on a goroutine
 // owned by the attempt, then the ack is delivered.
 func (c *coordinator) ack(ctx context.Context, t *task, id barrier.CheckpointID, snaps []state.SubtaskSnapshot, persists []func() error) {
-	send := func(err error) {
-		select {
-		case c.acks <- ackMsg{id: id, task: t, snaps: snaps, err: err}:
-		case <-ctx.Done():
-		}
-	}
+	send := func(err error) { c.send(ctx, ackMsg{id: id, task: t, snaps: snaps, err: err}) }
 	if len(persists) == 0 {
 		send(nil)
 		return
@@ -101,10 +90,19 @@ func (c *coordinator) ack(ctx context.Context, t *task, id barrier.CheckpointID,
 	})
 }
 
-func (c *coordinator) decline(id barrier.CheckpointID, err error) {
+// decline tells the coordinator that checkpoint id cannot complete. Like an
+// ack it waits for room on the channel (the coordinator never blocks on a
+// task, so it always drains it): a dropped decline would leave the
+// checkpoint pending until its timeout.
+func (c *coordinator) decline(ctx context.Context, id barrier.CheckpointID, err error) {
+	c.send(ctx, ackMsg{id: id, err: err})
+}
+
+// send delivers an ack or a decline, unless ctx ends first.
+func (c *coordinator) send(ctx context.Context, m ackMsg) {
 	select {
-	case c.declines <- declineMsg{id: id, err: err}:
-	default: // the timeout aborts it anyway
+	case c.acks <- m:
+	case <-ctx.Done():
 	}
 }
 
@@ -130,10 +128,6 @@ func (c *coordinator) run(ctx context.Context) {
 			return
 		case a := <-c.acks:
 			c.onAck(a)
-		case d := <-c.declines:
-			if c.pending != nil && c.pending.barrier.ID == d.id {
-				c.abortPending(d.err)
-			}
 		case <-c.finished:
 			c.sourcesActive--
 			if c.sourcesActive == 0 {

@@ -176,7 +176,7 @@ func (t *task) perform(ctx context.Context, acts []barrier.Action) error {
 			}
 		case barrier.Abort:
 			t.alignAt = time.Time{}
-			t.att.coord.decline(a.ID, fmt.Errorf("task %s: checkpoint %d aborted during alignment", t.name(), a.ID))
+			t.att.coord.decline(ctx, a.ID, fmt.Errorf("task %s: checkpoint %d aborted during alignment", t.name(), a.ID))
 			if err := t.emit(envelope{kind: evCancel, cancel: a.ID}); err != nil {
 				return err
 			}
