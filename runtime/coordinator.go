@@ -2,10 +2,7 @@ package runtime
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
@@ -21,54 +18,59 @@ type ackMsg struct {
 	err   error // the checkpoint is declined: persisting failed, or an alignment was aborted
 }
 
-// pendingCheckpoint collects the acks of the checkpoint in flight.
-type pendingCheckpoint struct {
-	barrier barrier.Barrier
-	dir     string
-	acked   map[*task]bool
-	md      state.Metadata
-	timeout *time.Timer
+// checkpointStore is what the coordinator needs of the checkpoint storage
+// (state.Storage implements it).
+type checkpointStore interface {
+	// Dir creates (if needed) the folder of checkpoint id.
+	Dir(id barrier.CheckpointID) (string, error)
+	// Complete writes the metadata of checkpoint md.ID, atomically.
+	Complete(md state.Metadata) error
+	// Abort removes the folder of checkpoint id.
+	Abort(id barrier.CheckpointID) error
+	// Retain keeps the k newest completed checkpoints.
+	Retain(k int) error
 }
 
-// coordinator triggers checkpoints at the sources, collects acks, writes the
-// metadata of completed checkpoints and tells every task. It runs on one
-// goroutine owned by the attempt; tasks reach it only through buffered
-// channels (a task waits while one is full: the coordinator drains them and
-// never blocks on a task) and it reaches tasks only through their mailboxes,
-// which never block.
+// coordinator drives the checkpoint state machine (coordMachine): it turns
+// acks, declines, finished sources, stop requests and timers into events,
+// and performs the actions (posting to mailboxes, writing metadata,
+// metrics, logs). It runs on one goroutine owned by the attempt; tasks reach
+// it only through buffered channels (a task waits while one is full: the
+// coordinator drains them and never blocks on a task) and it reaches tasks
+// only through their mailboxes, which never block.
 type coordinator struct {
 	att      *attempt
-	storage  *state.Storage
+	storage  checkpointStore
 	opts     CheckpointOptions
-	nextID   barrier.CheckpointID
+	m        *coordMachine
 	tasks    []*task
+	index    map[*task]int
 	sources  []*task
 	acks     chan ackMsg // acks and declines
 	finished chan *task
-
-	pending       *pendingCheckpoint
-	lastEnd       time.Time
-	lastTrigger   time.Time
-	finalWanted   bool
-	finalStarted  bool
-	sourcesActive int
 }
 
-func newCoordinator(att *attempt, storage *state.Storage, next barrier.CheckpointID) *coordinator {
-	c := &coordinator{att: att, storage: storage, opts: att.job.opts.Checkpoint, nextID: next}
-	return c
+func newCoordinator(att *attempt, storage checkpointStore) *coordinator {
+	return &coordinator{att: att, storage: storage, opts: att.job.opts.Checkpoint}
 }
 
-func (c *coordinator) setTasks(tasks []*task) {
+// setTasks gives the coordinator the attempt's tasks and its state machine
+// its configuration: the first checkpoint is next, and with initial the
+// sources wait for it.
+func (c *coordinator) setTasks(tasks []*task, next barrier.CheckpointID, initial bool) {
 	c.tasks = tasks
-	for _, t := range tasks {
+	c.index = make(map[*task]int, len(tasks))
+	for i, t := range tasks {
+		c.index[t] = i
 		if t.src != nil {
 			c.sources = append(c.sources, t)
 		}
 	}
-	c.sourcesActive = len(c.sources)
 	c.acks = make(chan ackMsg, 2*len(tasks))
 	c.finished = make(chan *task, len(c.sources))
+	opts := c.att.job.opts
+	c.m = newCoordMachine(coordConfig{job: opts.Name, maxParallelism: opts.MaxParallelism, checkpoint: c.opts,
+		tasks: len(tasks), sources: len(c.sources), next: next, initial: initial})
 }
 
 // ack is called by a task after snapshotting; persists run on a goroutine
@@ -108,169 +110,109 @@ func (c *coordinator) send(ctx context.Context, m ackMsg) {
 
 func (c *coordinator) sourceFinished(t *task) { c.finished <- t }
 
+// start triggers the initial checkpoint if the sources wait for it. It is
+// called before the coordinator goroutine starts.
+func (c *coordinator) start() { c.step(coordEvent{kind: coordStart}) }
+
 // run is the coordinator goroutine. It returns when ctx is done.
 func (c *coordinator) run(ctx context.Context) {
-	log := c.att.log
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		c.resetTimer(timer)
-		var timeoutC <-chan time.Time
-		if c.pending != nil {
-			timeoutC = c.pending.timeout.C
+		timer.Stop()
+		if at, ok := c.m.wake(); ok {
+			timer.Reset(max(time.Until(at), 0))
 		}
 		select {
 		case <-ctx.Done():
-			if c.pending != nil {
-				c.pending.timeout.Stop()
-				c.abortPending(errors.New("job attempt ended"))
-			}
+			c.step(coordEvent{kind: coordEnd})
 			return
 		case a := <-c.acks:
-			c.onAck(a)
+			if a.err != nil {
+				c.step(coordEvent{kind: coordDecline, id: a.id, err: a.err})
+				continue
+			}
+			ops := make([]ackedOp, len(a.task.chain.nodes))
+			for k, n := range a.task.chain.nodes {
+				ops[k] = ackedOp{uid: n.uid, parallelism: n.parallelism, snap: a.snaps[k]}
+			}
+			c.step(coordEvent{kind: coordAck, id: a.id, task: c.index[a.task], ops: ops})
 		case <-c.finished:
-			c.sourcesActive--
-			if c.sourcesActive == 0 {
-				log.Info("all sources ended; taking the final checkpoint")
-				c.finalWanted = true
-			}
+			c.step(coordEvent{kind: coordSourceFinished})
 		case <-c.att.job.stopReq:
-			log.Info("stop requested; taking the final checkpoint")
-			c.finalWanted = true
 			c.att.stopping.Store(true)
-		case <-timeoutC:
-			c.abortPending(fmt.Errorf("timed out after %s", c.opts.Timeout))
+			c.step(coordEvent{kind: coordStop})
 		case <-timer.C:
-			if c.pending == nil && !c.finalStarted {
-				c.trigger(false)
-			}
-		}
-		if c.finalWanted && c.pending == nil && !c.finalStarted {
-			c.trigger(true)
+			c.step(coordEvent{kind: coordTick})
 		}
 	}
 }
 
-// resetTimer arms timer for the next periodic trigger.
-func (c *coordinator) resetTimer(timer *time.Timer) {
-	timer.Stop()
-	if c.opts.Interval <= 0 || c.pending != nil || c.finalStarted {
-		return
-	}
-	at := c.lastTrigger.Add(c.opts.Interval)
-	if p := c.lastEnd.Add(c.opts.MinPause); p.After(at) {
-		at = p
-	}
-	timer.Reset(max(time.Until(at), 0))
-}
-
-func (c *coordinator) trigger(final bool) {
-	id := c.nextID
-	c.nextID++
-	now := time.Now()
-	c.lastTrigger = now
-	dir, err := c.storage.Dir(id)
-	if err != nil {
-		c.att.log.Error("checkpoint not triggered", "checkpoint", id, "err", err)
-		c.att.job.metrics.checkpoints.WithLabelValues("failed").Inc()
-		c.lastEnd = now
-		if final || (c.att.waitFirst && id == c.att.firstID) {
-			c.att.fail(fmt.Errorf("trigger checkpoint %d: %w", id, err))
-		}
-		return
-	}
-	b := barrier.Barrier{ID: id, Time: now, Final: final}
-	if final {
-		c.finalStarted = true
-	}
-	md := state.Metadata{Version: 1, Job: c.att.job.opts.Name, ID: id, Time: now, Final: final,
-		MaxParallelism: c.att.job.opts.MaxParallelism, Operators: map[string]state.OperatorSnapshot{}}
-	c.pending = &pendingCheckpoint{barrier: b, dir: dir, acked: map[*task]bool{}, md: md,
-		timeout: time.NewTimer(c.opts.Timeout)}
-	c.att.job.metrics.inProgress.Set(1)
-	c.att.log.Debug("checkpoint triggered", "checkpoint", id, "final", final)
-	for _, s := range c.sources {
-		s.mailbox.postTrigger(b)
+// step feeds ev, stamped with the current time, to the state machine and
+// performs the actions it returns.
+func (c *coordinator) step(ev coordEvent) {
+	ev.now = time.Now()
+	for _, a := range c.m.step(ev) {
+		c.perform(a)
 	}
 }
 
-func (c *coordinator) onAck(a ackMsg) {
-	p := c.pending
-	if p == nil || p.barrier.ID != a.id {
-		return // an ack for an aborted checkpoint
-	}
-	if a.err != nil {
-		c.abortPending(a.err)
-		return
-	}
-	p.acked[a.task] = true
-	for k, n := range a.task.chain.nodes {
-		op := p.md.Operators[n.uid]
-		op.Parallelism = n.parallelism
-		op.Subtasks = append(op.Subtasks, a.snaps[k])
-		p.md.Operators[n.uid] = op
-	}
-	if len(p.acked) < len(c.tasks) {
-		return
-	}
-	p.timeout.Stop()
-	var size int64
-	for uid, op := range p.md.Operators {
-		sort.Slice(op.Subtasks, func(i, j int) bool { return op.Subtasks[i].Subtask < op.Subtasks[j].Subtask })
-		p.md.Operators[uid] = op
-		for _, s := range op.Subtasks {
-			for _, f := range s.Files {
-				size += f.Size
-			}
-		}
-	}
-	if err := c.storage.Complete(p.md); err != nil {
-		c.abortPending(fmt.Errorf("write metadata: %w", err))
-		return
-	}
-	c.pending = nil
-	now := time.Now()
-	c.lastEnd = now
+func (c *coordinator) perform(a coordAction) {
+	log := c.att.log
 	m := c.att.job.metrics
-	d := now.Sub(p.barrier.Time)
-	m.inProgress.Set(0)
-	m.checkpoints.WithLabelValues("completed").Inc()
-	m.duration.Observe(d.Seconds())
-	m.lastDuration.Set(d.Seconds())
-	m.lastSize.Set(float64(size))
-	m.lastID.Set(float64(p.barrier.ID))
-	m.lastCompleted.Set(float64(now.UnixNano()) / 1e9)
-	// One line a checkpoint is noise at INFO (the runner's periodic summary
-	// counts them); the final one, which ends a job, is worth saying.
-	level := slog.LevelDebug
-	if p.barrier.Final {
-		level = slog.LevelInfo
+	id := a.barrier.ID
+	switch a.kind {
+	case actTrigger:
+		if _, err := c.storage.Dir(id); err != nil {
+			log.Error("checkpoint not triggered", "checkpoint", id, "err", err)
+			m.checkpoints.WithLabelValues("failed").Inc()
+			c.step(coordEvent{kind: coordTriggerFailed, id: id, err: err})
+			return
+		}
+		m.inProgress.Set(1)
+		log.Debug("checkpoint triggered", "checkpoint", id, "final", a.barrier.Final)
+		for _, s := range c.sources {
+			s.mailbox.postTrigger(a.barrier)
+		}
+	case actPersist:
+		c.step(coordEvent{kind: coordPersisted, id: a.md.ID, err: c.storage.Complete(a.md)})
+	case actComplete:
+		d := a.duration
+		m.inProgress.Set(0)
+		m.checkpoints.WithLabelValues("completed").Inc()
+		m.duration.Observe(d.Seconds())
+		m.lastDuration.Set(d.Seconds())
+		m.lastSize.Set(float64(a.size))
+		m.lastID.Set(float64(id))
+		m.lastCompleted.Set(float64(a.barrier.Time.Add(d).UnixNano()) / 1e9)
+		// One line a checkpoint is noise at INFO (the runner's periodic
+		// summary counts them); the final one, which ends a job, is worth
+		// saying.
+		level := slog.LevelDebug
+		if a.barrier.Final {
+			level = slog.LevelInfo
+		}
+		log.Log(context.Background(), level, "checkpoint completed", "checkpoint", id, "duration", d, "bytes", a.size, "final", a.barrier.Final)
+		c.att.checkpointCompleted(id)
+		for _, t := range c.tasks {
+			t.mailbox.postComplete(id)
+		}
+		if err := c.storage.Retain(c.opts.Retain); err != nil {
+			log.Warn("prune old checkpoints", "err", err)
+		}
+	case actAbort:
+		m.inProgress.Set(0)
+		m.checkpoints.WithLabelValues("failed").Inc()
+		log.Warn("checkpoint aborted", "checkpoint", id, "cause", a.err)
+		for _, t := range c.tasks {
+			t.mailbox.postAbort(id)
+		}
+		if err := c.storage.Abort(id); err != nil {
+			log.Warn("clean up aborted checkpoint", "checkpoint", id, "err", err)
+		}
+	case actFinalWanted:
+		log.Info(a.reason)
+	case actFail:
+		c.att.fail(a.err)
 	}
-	c.att.log.Log(context.Background(), level, "checkpoint completed", "checkpoint", p.barrier.ID, "duration", d, "bytes", size, "final", p.barrier.Final)
-	c.att.checkpointCompleted(p.barrier.ID)
-	for _, t := range c.tasks {
-		t.mailbox.postComplete(p.barrier.ID)
-	}
-	if err := c.storage.Retain(c.opts.Retain); err != nil {
-		c.att.log.Warn("prune old checkpoints", "err", err)
-	}
-}
-
-func (c *coordinator) abortPending(cause error) {
-	p := c.pending
-	c.pending = nil
-	p.timeout.Stop()
-	c.lastEnd = time.Now()
-	m := c.att.job.metrics
-	m.inProgress.Set(0)
-	m.checkpoints.WithLabelValues("failed").Inc()
-	c.att.log.Warn("checkpoint aborted", "checkpoint", p.barrier.ID, "cause", cause)
-	for _, t := range c.tasks {
-		t.mailbox.postAbort(p.barrier.ID)
-	}
-	if err := c.storage.Abort(p.barrier.ID); err != nil {
-		c.att.log.Warn("clean up aborted checkpoint", "checkpoint", p.barrier.ID, "err", err)
-	}
-	// An aborted final checkpoint is not retried: the tasks waiting for it
-	// fail on the abort notice and the attempt ends.
 }

@@ -3,7 +3,9 @@ package runtime
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -63,10 +65,10 @@ func aborted(tk *task, id uint64) bool {
 func TestDeclineOnAFullChannelAbortsTheCheckpoint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		att := newTestAttempt(t, CheckpointOptions{Timeout: time.Hour})
-		c := newCoordinator(att, att.storage, 1)
+		c := newCoordinator(att, att.storage)
 		src, sink := newTestTask(att, "src", true), newTestTask(att, "sink", false)
-		c.setTasks([]*task{src, sink})
-		c.trigger(false) // checkpoint 1 in flight
+		c.setTasks([]*task{src, sink}, 1, true)
+		c.start() // the initial checkpoint, 1, in flight
 		ctx, cancel := context.WithCancel(context.Background())
 		for range cap(c.acks) {
 			c.decline(ctx, 0, errors.New("stale decline of checkpoint 0"))
@@ -81,6 +83,43 @@ func TestDeclineOnAFullChannelAbortsTheCheckpoint(t *testing.T) {
 			time.Sleep(time.Hour)
 			synctest.Wait()
 			t.Fatalf("checkpoint 1 not aborted by its decline; after its timeout (an hour later) aborted=%v", aborted(sink, 1))
+		}
+	})
+}
+
+// failingStore is checkpoint storage whose metadata writes fail.
+type failingStore struct {
+	checkpointStore
+	err error
+}
+
+func (s failingStore) Complete(state.Metadata) error { return s.err }
+
+// TestCoordinatorAbortsWhenTheMetadataCannotBeWritten: the driver performs
+// the machine's persist through its storage and, the write failing, aborts
+// the checkpoint: every task is told, and its folder is removed.
+func TestCoordinatorAbortsWhenTheMetadataCannotBeWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		att := newTestAttempt(t, CheckpointOptions{Timeout: time.Hour})
+		c := newCoordinator(att, failingStore{att.storage, errors.New("injected: disk full")})
+		src := newTestTask(att, "src", true)
+		c.setTasks([]*task{src}, 1, true)
+		c.start()
+		if _, err := os.Stat(att.storage.Path(1)); err != nil {
+			t.Fatalf("checkpoint 1 triggered without its folder: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); c.run(ctx) }()
+		defer func() { cancel(); <-done }()
+		c.ack(ctx, src, 1, []state.SubtaskSnapshot{{}}, nil)
+		synctest.Wait()
+		n := src.mailbox.take()
+		if n.trigger == nil || n.trigger.ID != 1 || !n.hasAborted || n.aborted != 1 || n.hasDone {
+			t.Fatalf("source's notices = %+v, want the trigger and the abort of checkpoint 1", n)
+		}
+		if _, err := os.Stat(att.storage.Path(1)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("folder of the aborted checkpoint: %v, want it removed", err)
 		}
 	})
 }

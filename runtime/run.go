@@ -241,12 +241,12 @@ func (a *attempt) run(parent context.Context) error {
 	if err := a.checkRestorable(); err != nil {
 		return err
 	}
-	a.coord = newCoordinator(a, a.storage, next)
+	a.coord = newCoordinator(a, a.storage)
 	tasks, err := a.buildTasks(ctx)
 	if err != nil {
 		return err
 	}
-	a.coord.setTasks(tasks)
+	a.coord.setTasks(tasks, next, a.waitFirst)
 	opened, err := a.openTasks(tasks)
 	defer a.closeTasks(opened)
 	if err != nil {
@@ -254,8 +254,8 @@ func (a *attempt) run(parent context.Context) error {
 	}
 
 	if a.waitFirst {
-		// The initial checkpoint is triggered before any task runs and the
-		// sources hold until it completed: no record may be read, let alone
+		// The initial checkpoint is triggered (start, below) before any
+		// task runs and the sources hold until it completed: no record may be read, let alone
 		// written to a sink, before every sink has its baseline. (A source
 		// reading first would put records before barrier 0 that a crash
 		// before its completion leaves in the sinks with nothing to undo.)
@@ -263,8 +263,8 @@ func (a *attempt) run(parent context.Context) error {
 			id := a.firstID
 			t.waitComplete = &id
 		}
-		a.coord.trigger(false)
 	}
+	a.coord.start()
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	var coordDone sync.WaitGroup
 	coordDone.Add(1)
