@@ -28,7 +28,7 @@ type exchangeSpec struct {
 	subtask   int // the upstream subtask writing
 	targets   []target
 	batchSize int
-	pool      *sync.Pool // shared by all writers of the edge
+	pool      *sync.Pool // this writer's batches (made by newExchangeWriter); a receiver releases each batch back to it
 	records   func(int)  // counts records sent (metrics)
 }
 
