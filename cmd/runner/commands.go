@@ -91,11 +91,12 @@ type validateChangelog struct {
 }
 
 func newCheckpointsCmd() *cobra.Command {
-	var dataDir, job string
+	var d dataDirFlags
+	var job string
 	cmd := &cobra.Command{Use: "checkpoints", Short: "List, inspect and prune a job's checkpoints"}
 	list := &cobra.Command{Use: "list", Short: "List the checkpoints, oldest first",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cps, err := listCheckpoints(dataDir, job)
+			cps, err := listCheckpoints(d.dataDir, job)
 			if err != nil {
 				return err
 			}
@@ -110,16 +111,23 @@ func newCheckpointsCmd() *cobra.Command {
 			}
 			return tw.Flush()
 		}}
-	inspect := &cobra.Command{Use: "inspect ID|latest", Short: "Print a checkpoint's metadata (verified) as JSON", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var id uint64
-			if args[0] != "latest" {
-				var err error
-				if id, err = strconv.ParseUint(args[0], 10, 64); err != nil {
-					return usageErr("checkpoint %q: want an id or latest", args[0])
-				}
+	var id uint64
+	inspect := &cobra.Command{Use: "inspect ID|latest", Short: "Print a checkpoint's metadata (verified) as JSON",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+				return &exitError{code: exitUsage, err: err}
 			}
-			s, err := openStorage(dataDir, job)
+			if args[0] == "latest" {
+				return nil
+			}
+			var err error
+			if id, err = strconv.ParseUint(args[0], 10, 64); err != nil {
+				return usageErr("checkpoint %q: want an id or latest", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := state.OpenStorage(build.CheckpointDir(d.dataDir, job))
 			if err != nil {
 				return err
 			}
@@ -145,12 +153,12 @@ func newCheckpointsCmd() *cobra.Command {
 			if keep < 1 {
 				return usageErr("--keep %d: keep at least 1", keep)
 			}
-			unlock, err := lockDataDir(dataDir)
+			unlock, err := lockDataDir(d.dataDir)
 			if err != nil {
 				return err
 			}
 			defer unlock()
-			s, err := openStorage(dataDir, job)
+			s, err := state.OpenStorage(build.CheckpointDir(d.dataDir, job))
 			if err != nil {
 				return err
 			}
@@ -158,13 +166,24 @@ func newCheckpointsCmd() *cobra.Command {
 		}}
 	prune.Flags().IntVar(&keep, "keep", 3, "completed checkpoints to keep")
 	for _, c := range []*cobra.Command{list, inspect, prune} {
-		c.Flags().StringVar(&dataDir, "data-dir", "./data", "the runner's data directory")
-		c.Flags().StringVar(&job, "job", "", "job name")
-		_ = c.MarkFlagRequired("job")
+		d.add(c, "f")
+		c.Flags().StringVar(&job, "job", "", "job name (default: the job of the job file, when it has one)")
 		if c.Args == nil {
 			c.Args = noArgs
 		}
-		c.PreRunE = func(*cobra.Command, []string) error { return checkName("job", job) }
+		c.PreRunE = func(*cobra.Command, []string) error {
+			if err := d.resolve(); err != nil {
+				return err
+			}
+			var err error
+			if job, err = d.jobName(job); err != nil {
+				return err
+			}
+			if err := checkName("job", job); err != nil {
+				return err
+			}
+			return jobExists(d.dataDir, job)
+		}
 		cmd.AddCommand(c)
 	}
 	return cmd
@@ -180,21 +199,22 @@ func checkName(flag, name string) error {
 	return nil
 }
 
-func openStorage(dataDir, job string) (*state.Storage, error) {
-	dir := build.CheckpointDir(dataDir, job)
-	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("job %q has no checkpoints in %s: %w", job, dataDir, err)
-	}
-	return state.OpenStorage(dir)
-}
-
 func newChangelogCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "changelog", Short: "Read a table's changelog topic"}
 	var brokers []string
-	var topic, dataDir string
+	var topic string
+	var d dataDirFlags
 	var o tailOptions
 	tail := &cobra.Command{Use: "tail --topic T [-n N | --from-start] [-f]",
 		Short: "Print the latest changelog records (read_committed), one JSON object per line; -f: then follow",
+		PreRunE: func(*cobra.Command, []string) error {
+			if err := d.resolve(); err != nil {
+				return err
+			}
+			var err error
+			topic, err = d.topicName(topic)
+			return err
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.fromStart && cmd.Flags().Changed("num") {
 				return usageErr("--from-start prints every record: give it or -n, not both")
@@ -203,7 +223,7 @@ func newChangelogCmd() *cobra.Command {
 				return usageErr("-n %d: want 0 or more", o.n)
 			}
 			if len(brokers) == 0 {
-				found, closeBroker, err := embeddedBrokers(dataDir)
+				found, closeBroker, err := embeddedBrokers(d.dataDir)
 				if err != nil {
 					return err
 				}
@@ -216,12 +236,11 @@ func newChangelogCmd() *cobra.Command {
 		}}
 	fl := tail.Flags()
 	fl.StringSliceVar(&brokers, "brokers", nil, "seed brokers (default: the embedded broker of the runner using --data-dir)")
-	fl.StringVar(&topic, "topic", "", "changelog topic")
+	fl.StringVar(&topic, "topic", "", "changelog topic (default: the one of the job file's table, when it has one)")
 	fl.IntVarP(&o.n, "num", "n", 10, "print the latest N records of the topic (all partitions, by timestamp)")
 	fl.BoolVar(&o.fromStart, "from-start", false, "print every record from the start instead of the latest N")
 	fl.BoolVarP(&o.follow, "follow", "f", false, "then print new records as they come, until interrupted")
-	fl.StringVar(&dataDir, "data-dir", "./data", "the runner's data directory (to find its embedded broker)")
-	_ = tail.MarkFlagRequired("topic")
+	d.add(tail, "") // -f is --follow
 	tail.Args = noArgs
 	cmd.AddCommand(tail)
 	return cmd
@@ -265,16 +284,18 @@ func embeddedBrokers(dataDir string) ([]string, func(), error) {
 }
 
 func newStopCmd() *cobra.Command {
-	var address, dataDir string
+	var address string
+	var d dataDirFlags
 	var timeout time.Duration
 	cmd := &cobra.Command{Use: "stop", Short: "Ask a running runner to take a final checkpoint and exit; waits until it has",
+		PreRunE: func(*cobra.Command, []string) error { return d.resolve() },
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := findRunner(dataDir, address)
+			e, err := findRunner(d.dataDir, address)
 			if err != nil {
 				return err
 			}
 			if e == nil {
-				return usageErr("no --address, and no running runner on --data-dir %s", dataDir)
+				return usageErr("no --address, and no running runner on the data directory %s", d.dataDir)
 			}
 			resp, err := e.do(http.MethodPost, "/api/v1/stop")
 			if err != nil {
@@ -294,7 +315,7 @@ func newStopCmd() *cobra.Command {
 			return fmt.Errorf("runner at %s still running after %s", e.addr, timeout)
 		}}
 	cmd.Flags().StringVar(&address, "address", "", "the runner's HTTP address, host:port or https://host:port (default: the runner using --data-dir)")
-	cmd.Flags().StringVar(&dataDir, "data-dir", "./data", "the runner's data directory (its "+tokenFile+" authorizes the stop)")
+	d.add(cmd, "f") // the data directory's token file authorizes the stop
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the runner to exit")
 	return cmd
 }

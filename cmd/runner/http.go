@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -494,16 +495,50 @@ func (r *runner) apiRows(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// lockFile, in the data directory, is locked (flock) by the process using
+// it: the runner, or a command that opens its files. It holds that
+// process's pid.
+const lockFile = "runner.lock"
+
 // lockDataDir takes an exclusive lock on the data directory, so that two
-// runners never share one.
+// runners never share one, and records the pid in it. A directory another
+// process holds is refused, naming the process.
 func lockDataDir(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, "runner.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock data dir: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("data dir %s is used by another runner: %w", dir, err)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, dataDirInUse(dir)
+		}
+		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
+	}
+	// The pid only serves the message above: a lock held is what counts,
+	// so a failure to record it is no failure.
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return func() { f.Close() }, nil
+}
+
+// dataDirInUse says who holds the lock of the data directory: the runner
+// whose runner.json names the pid in the lock file, with its HTTP address,
+// else the pid.
+func dataDirInUse(dir string) error {
+	b, _ := os.ReadFile(filepath.Join(dir, lockFile))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	var info runnerInfo
+	if b, err := os.ReadFile(filepath.Join(dir, runnerFile)); err == nil && json.Unmarshal(b, &info) == nil &&
+		info.HTTP != "" && (pid == 0 || info.PID == pid) {
+		return fmt.Errorf("the data directory %s is in use by a running runner (pid %d, http %s): stop it first with `runner stop --data-dir %s`",
+			dir, info.PID, info.HTTP, dir)
+	}
+	who := "another process"
+	if pid > 0 {
+		who = fmt.Sprintf("process %d", pid)
+	}
+	return fmt.Errorf("the data directory %s is in use by %s, a runner (without HTTP) or a runner command on it: "+
+		"stop the runner first (SIGTERM or Ctrl-C: it takes a final checkpoint), or wait for the command to end", dir, who)
 }

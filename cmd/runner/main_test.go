@@ -118,6 +118,13 @@ func scanJSON(t *testing.T, dataDir, table, key string) map[string]map[string]an
 	if code != 0 {
 		t.Fatalf("table scan: exit %d", code)
 	}
+	return jsonRows(t, out, key)
+}
+
+// jsonRows parses the output of "table scan -o json" into the rows by the
+// value of column key.
+func jsonRows(t *testing.T, out, key string) map[string]map[string]any {
+	t.Helper()
 	rows := map[string]map[string]any{}
 	for line := range strings.Lines(out) {
 		var m map[string]any

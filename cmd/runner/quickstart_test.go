@@ -16,12 +16,16 @@ const quickstart = "../../examples/quickstart/job.yaml"
 
 // TestQuickstart runs the quickstart as a process for a few seconds, with
 // a bounded generator, stops it with SIGTERM (exit 0) and checks the table
-// against the exact aggregates of the generated orders.
+// against the exact aggregates of the generated orders. The commands find
+// the data directory, the table and the changelog topic in the job file,
+// as its header shows (-f examples/quickstart/job.yaml; here with its
+// data_dir set to a temporary one).
 func TestQuickstart(t *testing.T) {
 	const count = 1500
 	dir := t.TempDir()
 	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=1000"}
-	args := []string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "1s"}
+	file := []string{"-f", quickstart, "--set", "data_dir=" + dir}
+	args := append([]string{"run", "--http-address", "127.0.0.1:0", "--summary", "1s"}, file...)
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -31,9 +35,10 @@ func TestQuickstart(t *testing.T) {
 		if liveRunner(dir) == "" {
 			return false
 		}
-		return totalOrders(scanJSON(t, dir, "revenue", "region")) == totalOrders(want)
+		out, code := runCLI(t, nil, append([]string{"table", "scan", "-o", "json"}, file...)...)
+		return code == 0 && totalOrders(jsonRows(t, out, "region")) == totalOrders(want)
 	})
-	out, code := runCLI(t, nil, "changelog", "tail", "--data-dir", dir, "--topic", "revenue-changelog", "-n", "3")
+	out, code := runCLI(t, nil, "changelog", "tail", "--file", quickstart, "--set", "data_dir="+dir, "-n", "3")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 {
 		t.Fatalf("changelog tail: exit %d: %q", code, out)
 	} else {

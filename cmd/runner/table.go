@@ -19,7 +19,8 @@ import (
 )
 
 type tableFlags struct {
-	dataDir, table, key, output, address string
+	dataDirFlags
+	table, key, output, address string
 	// allowLostWrites reads a table whose log lost synced writes, warning.
 	allowLostWrites bool
 }
@@ -37,16 +38,24 @@ func newTableCmd() *cobra.Command {
 			return tableRead(cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		}}
 	for _, c := range []*cobra.Command{scan, get} {
+		f.add(c, "f")
 		fl := c.Flags()
-		fl.StringVar(&f.dataDir, "data-dir", "./data", "the runner's data directory")
-		fl.StringVar(&f.table, "table", "", "table name")
+		fl.StringVar(&f.table, "table", "", "table name (default: the table of the job file, when it has one)")
 		fl.StringVar(&f.key, "key", "", `primary key as JSON, e.g. {"region":"eu"}`)
 		fl.StringVarP(&f.output, "output", "o", "table", "table, json (one object per line) or csv")
 		fl.StringVar(&f.address, "address", "", "read through the runner at this HTTP address, host:port or https://host:port (default: the runner using --data-dir, if any)")
 		fl.BoolVar(&f.allowLostWrites, "allow-lost-writes", false, "read a table whose log lost synced writes (refused by default), with a warning")
-		_ = c.MarkFlagRequired("table")
 		c.Args = noArgs
-		c.PreRunE = func(*cobra.Command, []string) error { return checkName("table", f.table) }
+		c.PreRunE = func(*cobra.Command, []string) error {
+			if err := f.resolve(); err != nil {
+				return err
+			}
+			var err error
+			if f.table, err = f.tableName(f.table); err != nil {
+				return err
+			}
+			return checkName("table", f.table)
+		}
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(newForgetCmd())
@@ -56,17 +65,29 @@ func newTableCmd() *cobra.Command {
 // newForgetCmd releases what a job removed from the files still holds in a
 // table: its writers' registrations (their columns) and their log holds.
 func newForgetCmd() *cobra.Command {
-	var dataDir, table, job string
+	var d dataDirFlags
+	var table, job string
 	c := &cobra.Command{Use: "forget", Short: "Release a removed job's registration and log hold in a table (runner stopped)",
 		Args: noArgs,
 		PreRunE: func(*cobra.Command, []string) error {
+			if err := d.resolve(); err != nil {
+				return err
+			}
+			var err error
+			if table, err = d.tableName(table); err != nil {
+				return err
+			}
+			if job == "" {
+				return usageErr("give --job: the job whose writers to release")
+			}
 			return errors.Join(checkName("table", table), checkName("job", job))
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := aggmerge.Open(build.TableDir(dataDir, table), aggmerge.Schema{}, aggmerge.Options{})
+			t, unlock, err := openTableLocked(d.dataDir, table, aggmerge.Options{})
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			defer t.Close()
 			n, err := forgetJob(t, job)
 			if err != nil {
@@ -78,13 +99,31 @@ func newForgetCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "job %q released from table %q (%d writer registrations and their log hold)\n", job, table, n)
 			return nil
 		}}
+	d.add(c, "f")
 	fl := c.Flags()
-	fl.StringVar(&dataDir, "data-dir", "./data", "the runner's data directory")
-	fl.StringVar(&table, "table", "", "table name")
+	fl.StringVar(&table, "table", "", "table name (default: the table of the job file, when it has one)")
 	fl.StringVar(&job, "job", "", "the job whose writers to release")
-	_ = c.MarkFlagRequired("table")
-	_ = c.MarkFlagRequired("job")
 	return c
+}
+
+// openTableLocked opens a table of a data directory no runner uses: it
+// holds the directory's lock until unlock, so that no runner starts
+// meanwhile, and a runner that holds it is named (pebble's own lock would
+// only say "resource temporarily unavailable").
+func openTableLocked(dataDir, table string, o aggmerge.Options) (*aggmerge.Table, func(), error) {
+	if err := tableExists(dataDir, table); err != nil {
+		return nil, nil, err
+	}
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := aggmerge.Open(build.TableDir(dataDir, table), aggmerge.Schema{}, o)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return t, unlock, nil
 }
 
 // forgetJob unregisters every writer of job and releases its log hold.
@@ -119,11 +158,11 @@ func tableRead(w, stderr io.Writer, f *tableFlags) error {
 	if e != nil {
 		return remoteRows(e, f.table, f.key, out)
 	}
-	dir := build.TableDir(f.dataDir, f.table)
-	t, err := aggmerge.Open(dir, aggmerge.Schema{}, aggmerge.Options{AcceptLogLoss: f.allowLostWrites})
+	t, unlock, err := openTableLocked(f.dataDir, f.table, aggmerge.Options{AcceptLogLoss: f.allowLostWrites})
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	defer t.Close()
 	if err := t.LogLoss(); err != nil {
 		fmt.Fprintf(stderr, "runner: WARNING: table %q is damaged, these rows miss writes that were synced: %v\n", f.table, err)
@@ -165,14 +204,15 @@ func remoteRows(e *endpoint, table, key string, out *rowWriter) error {
 	if err := e.getJSON("/api/v1/tables", &tables); err != nil {
 		return err
 	}
-	var cols []string
+	var cols, names []string
 	for _, t := range tables {
+		names = append(names, t.Name)
 		if t.Name == table {
 			cols = columns(aggmerge.Schema{Key: t.Key, Values: t.Columns})
 		}
 	}
 	if cols == nil {
-		return fmt.Errorf("the runner at %s has no table %q", e.addr, table)
+		return noSuch("table", table, "in the runner at "+e.addr, names)
 	}
 	path := "/api/v1/tables/" + url.PathEscape(table) + "/rows"
 	if key != "" {
