@@ -20,6 +20,7 @@ type Spec struct {
 	Restart         Restart     `yaml:"restart" doc:"in-process restarts after a failure, each from the latest checkpoint"`
 	DataDir         string      `yaml:"data_dir" default:"./data" doc:"holds tables, checkpoints and state; --data-dir overrides it"`
 	HTTP            HTTP        `yaml:"http" doc:"the HTTP server: API, dashboard, /metrics, /livez, /readyz"`
+	EmbeddedKafka   Embedded    `yaml:"embedded_kafka" doc:"the runner's in-process Kafka broker, started when a job uses it (brokers absent or [embedded])"`
 	Logging         Logging     `yaml:"logging" doc:"log output"`
 	ShutdownTimeout Duration    `yaml:"shutdown_timeout" default:"1m" doc:"after a stop signal, how long draining and the final checkpoint may take before the job is aborted"`
 }
@@ -227,6 +228,11 @@ type HTTP struct {
 	Address      string   `yaml:"address" default:"127.0.0.1:8081" doc:"host:port to listen on; empty: no server"`
 	AllowedHosts []string `yaml:"allowed_hosts" doc:"host names (no port) a request's Host header may name besides localhost, IP addresses and the host of address (docs/RUNNER.md#security)"`
 	TLS          *HTTPTLS `yaml:"tls" doc:"serve HTTPS (present: on)"`
+}
+
+// Embedded configures the runner's in-process Kafka broker.
+type Embedded struct {
+	Port int `yaml:"port" min:"0" max:"65535" doc:"its port on 127.0.0.1 (0: any free one); the address is in the runner's summary lines; --embedded-kafka-port overrides it"`
 }
 
 // HTTPTLS is the certificate the runner's HTTP server presents.
