@@ -126,6 +126,30 @@ func only(flag, what string, names []string) (string, error) {
 	return "", usageErr("the job files have %s %s: give %s", what, strings.Join(names, ", "), flag)
 }
 
+// embeddedPort is --embedded-kafka-port, else the embedded_kafka.port the
+// jobs that give one agree on (one runner has one embedded broker), else 0:
+// any free port.
+func embeddedPort(ps []*pipelines.Pipeline, flag int) (int, error) {
+	if flag < 0 || flag > 65535 {
+		return 0, usageErr("--embedded-kafka-port %d: want a port, 0 to 65535", flag)
+	}
+	if flag != 0 {
+		return flag, nil
+	}
+	port, from := 0, ""
+	for _, p := range ps {
+		switch q := p.Spec.EmbeddedKafka.Port; {
+		case q == 0 || q == port:
+		case port == 0:
+			port, from = q, p.Spec.Job.Name
+		default:
+			return 0, usageErr("jobs %q and %q name different embedded_kafka.port (%d, %d): one runner has one embedded broker; pass --embedded-kafka-port",
+				from, p.Spec.Job.Name, port, q)
+		}
+	}
+	return port, nil
+}
+
 // tableExists refuses a table the data directory does not have, naming
 // the ones it has.
 func tableExists(dataDir, table string) error {

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/pipelines"
 )
 
@@ -144,4 +148,51 @@ func totalOrders(rows map[string]map[string]any) string {
 		n += x
 	}
 	return fmt.Sprint(n)
+}
+
+// TestEmbeddedKafkaPort gives the embedded broker a fixed port, in the job
+// file (embedded_kafka.port) and then with --embedded-kafka-port, which
+// wins: the summary lines show the address, and a Kafka client reaches
+// the broker there. A port out of range is exit 2.
+func TestEmbeddedKafkaPort(t *testing.T) {
+	if out, code := runCLI(t, nil, "validate", "-f", quickstart, "--set", "embedded_kafka.port=70000"); code != exitUsage ||
+		!strings.Contains(out, "embedded_kafka.port") {
+		t.Fatalf("validate embedded_kafka.port=70000: exit %d: %q", code, out)
+	}
+	dir := t.TempDir()
+	yamlPort, flagPort := freePort(t), freePort(t)
+	for _, c := range []struct {
+		port int
+		args []string
+	}{
+		{yamlPort, nil},
+		{flagPort, []string{"--embedded-kafka-port", strconv.Itoa(flagPort)}},
+	} {
+		addr := fmt.Sprintf("127.0.0.1:%d", c.port)
+		r := start(t, nil, append([]string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "off", "--summary", "1s",
+			"--set", fmt.Sprintf("embedded_kafka.port=%d", yamlPort)}, c.args...)...)
+		waitFor(t, r, 60*time.Second, "a summary line with embedded_kafka="+addr, func() bool {
+			return strings.Contains(r.stderr.String(), "embedded_kafka="+addr)
+		})
+		cl := kafkatest.Client(t, []string{addr})
+		ctx, cancel := context.WithTimeout(context.Background(), kafkatest.Timeout)
+		err := cl.Ping(ctx)
+		cancel()
+		cl.Close()
+		if err != nil {
+			t.Fatalf("ping the embedded broker at %s: %v", addr, err)
+		}
+		stopGracefully(t, r)
+	}
+}
+
+// freePort returns a port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -68,7 +68,7 @@ func newRunCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (default: the jobs' logging.level)")
 	fl.StringVar(&f.logFormat, "log-format", "", "text or json (default: the jobs' logging.format)")
 	fl.DurationVar(&f.summary, "summary", 5*time.Second, "how often to log a summary line (0: never)")
-	fl.IntVar(&f.embeddedPort, "embedded-kafka-port", 0, "port of the embedded broker (0: any free one)")
+	fl.IntVar(&f.embeddedPort, "embedded-kafka-port", 0, "port of the embedded broker on 127.0.0.1 (default: the jobs' embedded_kafka.port, else any free one)")
 	fl.Uint64Var(&f.minFreeSpace, "min-free-space", 1<<30, "bytes free in the data directory below which /readyz warns")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
@@ -108,6 +108,10 @@ func run(ctx context.Context, f *runFlags) error {
 	if r.dataDir, err = dataDir(ps, f.dataDir); err != nil {
 		return err
 	}
+	port, err := embeddedPort(ps, f.embeddedPort)
+	if err != nil {
+		return err
+	}
 	restore, err := restorePoint(f.fromCheckpoint, len(ps))
 	if err != nil {
 		return err
@@ -127,7 +131,7 @@ func run(ctx context.Context, f *runFlags) error {
 	r.reg = prometheus.NewRegistry()
 	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(),
 		freeSpaceGauge(r.dataDir))
-	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: f.embeddedPort,
+	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: port,
 		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo, TableMinFreeBytes: testOptions.TableMinFreeBytes})
 	defer func() {
 		if err := r.env.Close(); err != nil {

@@ -2,13 +2,15 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 )
 
 // summaries logs a line per job every --summary: table rows, completed
-// checkpoints and the records/s its sources read. It returns the function
+// checkpoints, the records/s its sources read and, while it runs, the
+// embedded broker's address (to produce into it). It returns the function
 // that stops it and waits.
 func (r *runner) summaries() func() {
 	every := r.flags.summary
@@ -52,8 +54,12 @@ func (r *runner) summaries() func() {
 							rows += tab.Count()
 						}
 					}
-					r.log.Info("summary", "job", j.Name(), "phase", r.status(j).Phase, "rows", rows, "checkpoints", int64(cps),
-						"records", int64(read), "records_per_s", int64((read-last[j.Name()])/secs))
+					attrs := []any{"job", j.Name(), "phase", r.status(j).Phase, "rows", rows, "checkpoints", int64(cps),
+						"records", int64(read), "records_per_s", int64((read - last[j.Name()]) / secs)}
+					if b := r.env.EmbeddedBrokers(); len(b) > 0 {
+						attrs = append(attrs, "embedded_kafka", strings.Join(b, ","))
+					}
+					r.log.Info("summary", attrs...)
 					last[j.Name()] = read
 				}
 			}
