@@ -153,13 +153,31 @@ func totalOrders(rows map[string]map[string]any) string {
 // TestEmbeddedKafkaPort gives the embedded broker a fixed port, in the job
 // file (embedded_kafka.port) and then with --embedded-kafka-port, which
 // wins: the summary lines show the address, and a Kafka client reaches
-// the broker there. A port out of range is exit 2.
+// the broker there. A port out of range, or jobs that give different ports,
+// are exit 2.
 func TestEmbeddedKafkaPort(t *testing.T) {
 	if out, code := runCLI(t, nil, "validate", "-f", quickstart, "--set", "embedded_kafka.port=70000"); code != exitUsage ||
 		!strings.Contains(out, "embedded_kafka.port") {
 		t.Fatalf("validate embedded_kafka.port=70000: exit %d: %q", code, out)
 	}
 	dir := t.TempDir()
+	// One runner has one broker: jobs that disagree on its port are refused.
+	var files []string
+	for i, src := range []string{quickstart, "testdata/orders.yaml"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, fmt.Sprintf("%d.yaml", i))
+		if err := os.WriteFile(f, fmt.Appendf(b, "\nembedded_kafka: {port: %d}\n", 1111*(i+1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, "-f", f)
+	}
+	if _, stderr, code := runCLIErr(t, nil, append([]string{"run", "--data-dir", dir, "--http-address", "off"}, files...)...); code != exitUsage ||
+		!strings.Contains(stderr, `jobs "quickstart" and "orders" name different embedded_kafka.port (1111, 2222)`) {
+		t.Fatalf("jobs with different embedded_kafka.port: exit %d: %s", code, stderr)
+	}
 	yamlPort, flagPort := freePort(t), freePort(t)
 	for _, c := range []struct {
 		port int
