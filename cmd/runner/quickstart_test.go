@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -178,7 +177,7 @@ func TestEmbeddedKafkaPort(t *testing.T) {
 		!strings.Contains(stderr, `jobs "quickstart" and "orders" name different embedded_kafka.port (1111, 2222)`) {
 		t.Fatalf("jobs with different embedded_kafka.port: exit %d: %s", code, stderr)
 	}
-	yamlPort, flagPort := freePort(t), freePort(t)
+	yamlPort, flagPort := kafkatest.FreePort(t), kafkatest.FreePort(t)
 	for _, c := range []struct {
 		port int
 		args []string
@@ -202,15 +201,4 @@ func TestEmbeddedKafkaPort(t *testing.T) {
 		}
 		stopGracefully(t, r)
 	}
-}
-
-// freePort returns a port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"context"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -84,4 +85,16 @@ func timeoutContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// broker or server a test starts on a port of its choice.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

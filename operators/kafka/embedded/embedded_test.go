@@ -85,7 +85,7 @@ func TestAutoCreatedTopicsProduceAndConsume(t *testing.T) {
 }
 
 func TestPort(t *testing.T) {
-	port := freePort(t)
+	port := kafkatest.FreePort(t)
 	b := start(t, embedded.Options{Port: port})
 	if got, want := b.Addrs(), []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}; !slices.Equal(got, want) {
 		t.Fatalf("Addrs() = %v, want %v", got, want)
@@ -167,14 +167,4 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.mu.buf.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
