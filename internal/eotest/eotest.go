@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/ebbflow/ebbflow/internal/chaos"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
@@ -19,6 +20,10 @@ type Config struct {
 	Keys        uint64  // distinct keys
 	Parallelism int     // of every operator
 	Rate        float64 // per source subtask, records/s (0: unlimited)
+	// PerCheckpoint, if set, limits each source subtask to this many
+	// records between its barriers (chaos.PerCheckpoint): the input then
+	// takes a number of checkpoints set by Count, whatever the machine.
+	PerCheckpoint int
 	// Wrap, if set, adds operators between the source and the keyBy (fault
 	// injection).
 	Wrap func(runtime.Stream[operators.Event]) runtime.Stream[operators.Event]
@@ -33,8 +38,11 @@ var Codec state.Codec[operators.Event] = state.JSONCodec[operators.Event]{}
 // collecting sink in outDir. Every output carries the Seq of the record
 // that produced it and the key's running sum after it.
 func Build(j *runtime.Job, cfg Config, outDir string) {
-	src := runtime.FromSource(j, "sequence", operators.NewSequence(operators.SequenceConfig{
-		Count: cfg.Count, Keys: cfg.Keys, Rate: cfg.Rate}), runtime.WithParallelism(cfg.Parallelism))
+	seq := operators.NewSequence(operators.SequenceConfig{Count: cfg.Count, Keys: cfg.Keys, Rate: cfg.Rate})
+	if cfg.PerCheckpoint > 0 {
+		seq = chaos.PerCheckpoint(seq, cfg.PerCheckpoint)
+	}
+	src := runtime.FromSource(j, "sequence", seq, runtime.WithParallelism(cfg.Parallelism))
 	if cfg.Wrap != nil {
 		src = cfg.Wrap(src)
 	}
