@@ -1,6 +1,10 @@
 package state
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ebbflow/ebbflow/internal/invariants"
+)
 
 // entry is a cached value: present false caches "no value" (a miss or a
 // delete), so a later Put or Get of the key does not read the backend again.
@@ -81,6 +85,9 @@ func (t *table[K, V]) set(k K, v V, present bool) error {
 }
 
 func (t *table[K, V]) appendDirty(kd *Keyed) error {
+	if invariants.Enabled {
+		t.checkDirty()
+	}
 	if 4*len(t.dirty) < len(t.m) {
 		for _, k := range t.dirty {
 			if err := t.appendEntry(kd, k, t.m[k]); err != nil {
@@ -100,6 +107,28 @@ func (t *table[K, V]) appendDirty(kd *Keyed) error {
 		}
 	}
 	return nil
+}
+
+// checkDirty panics unless the dirty list names every dirty entry, each
+// once, and nothing else: appendDirty may write only the listed keys, so a
+// key missing from the list would be a write lost without a word. It costs
+// a pass over the whole cache per flush: invariants builds only.
+func (t *table[K, V]) checkDirty() {
+	listed := make(map[K]bool, len(t.dirty))
+	for _, k := range t.dirty {
+		if listed[k] {
+			panic(fmt.Sprintf("state %q: key %v listed dirty twice", t.name, k))
+		}
+		listed[k] = true
+		if e, ok := t.m[k]; !ok || e.gen != t.gen {
+			panic(fmt.Sprintf("state %q: key %v listed dirty, but its cache entry is not (cached %v)", t.name, k, ok))
+		}
+	}
+	for k, e := range t.m {
+		if e.gen == t.gen && !listed[k] {
+			panic(fmt.Sprintf("state %q: key %v is dirty but not listed: its write would be lost", t.name, k))
+		}
+	}
 }
 
 // appendEntry appends the write of the dirty entry e of k.
