@@ -3,7 +3,7 @@ package state
 import (
 	"errors"
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
 // gatedBackend holds Apply until released, and can fail it.
@@ -33,71 +33,78 @@ func newGated(t *testing.T, cache int) (*Keyed, *gatedBackend) {
 
 // TestCaptureAppliesOffTheTask: Capture returns before its batch reaches the
 // backend; meanwhile the task reads and writes from the cache, a Flush waits
-// for the batch, and in the end the backend holds the latest values.
+// for the batch, and in the end the backend holds the latest values. It runs
+// in a synctest bubble: "returned" and "still waiting" are checked once
+// every goroutine is blocked, not after a guess at how long is long enough.
 func TestCaptureAppliesOffTheTask(t *testing.T) {
-	kd, g := newGated(t, 1000)
-	vals := NewValue(kd, "v", IntCodec{}, IntCodec{})
-	for k := range 100 {
-		if err := vals.Put(k, k); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		kd, g := newGated(t, 1000)
+		vals := NewValue(kd, "v", IntCodec{}, IntCodec{})
+		for k := range 100 {
+			if err := vals.Put(k, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Capture must return while Apply is held: it must not apply itself.
+		type captured struct {
+			persist func() ([]File, error)
+			err     error
+		}
+		got := make(chan captured, 1)
+		dir := t.TempDir()
+		go func() {
+			p, err := kd.Capture(1, dir)
+			got <- captured{p, err}
+		}()
+		synctest.Wait()
+		var c captured
+		select {
+		case c = <-got:
+		default:
+			close(g.release) // let the stuck Capture end
+			t.Fatal("Capture waited for the backend: the barrier's flush is not off the task")
+		}
+		persist, err := c.persist, c.err
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	// Capture must return while Apply is held: it must not apply itself.
-	type captured struct {
-		persist func() ([]File, error)
-		err     error
-	}
-	got := make(chan captured, 1)
-	dir := t.TempDir()
-	go func() {
-		p, err := kd.Capture(1, dir)
-		got <- captured{p, err}
-	}()
-	var c captured
-	select {
-	case c = <-got:
-	case <-time.After(5 * time.Second):
-		close(g.release) // let the stuck Capture end
-		t.Fatal("Capture waited for the backend: the barrier's flush is not off the task")
-	}
-	persist, err := c.persist, c.err
-	if err != nil {
-		t.Fatal(err)
-	}
-	persisted := make(chan error, 1)
-	go func() { _, err := persist(); persisted <- err }()
-	// The batch is held in Apply: the task goes on against the cache.
-	for k := range 100 {
-		if v, ok, err := vals.Get(k); err != nil || !ok || v != k {
-			t.Fatalf("v[%d] = %d %v %v during the apply", k, v, ok, err)
+		persisted := make(chan error, 1)
+		go func() { _, err := persist(); persisted <- err }()
+		// The batch is held in Apply: the task goes on against the cache.
+		for k := range 100 {
+			if v, ok, err := vals.Get(k); err != nil || !ok || v != k {
+				t.Fatalf("v[%d] = %d %v %v during the apply", k, v, ok, err)
+			}
+			if err := vals.Put(k, k+1000); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := vals.Put(k, k+1000); err != nil {
+		flushed := make(chan error, 1)
+		go func() { flushed <- kd.Flush() }()
+		synctest.Wait()
+		select {
+		case <-flushed:
+			close(g.release)
+			t.Fatal("Flush did not wait for the batch in flight")
+		default:
+		}
+		close(g.release)
+		if err := <-persisted; err != nil {
 			t.Fatal(err)
 		}
-	}
-	flushed := make(chan error, 1)
-	go func() { flushed <- kd.Flush() }()
-	select {
-	case <-flushed:
-		t.Fatal("Flush did not wait for the batch in flight")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(g.release)
-	if err := <-persisted; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-flushed; err != nil {
-		t.Fatal(err)
-	}
-	for k := range 100 {
-		raw, ok, err := g.KeyedBackend.Get(AppendBackendKey(nil, KeyGroupOf(IntCodec{}.Append(nil, k), DefaultMaxParallelism), "v", IntCodec{}.Append(nil, k)))
-		if err != nil || !ok {
-			t.Fatalf("backend lacks key %d: %v", k, err)
+		if err := <-flushed; err != nil {
+			t.Fatal(err)
 		}
-		if v, _ := (IntCodec{}).Decode(raw); v != k+1000 {
-			t.Fatalf("backend holds %d for key %d, want %d", v, k, k+1000)
+		for k := range 100 {
+			raw, ok, err := g.KeyedBackend.Get(AppendBackendKey(nil, KeyGroupOf(IntCodec{}.Append(nil, k), DefaultMaxParallelism), "v", IntCodec{}.Append(nil, k)))
+			if err != nil || !ok {
+				t.Fatalf("backend lacks key %d: %v", k, err)
+			}
+			if v, _ := (IntCodec{}).Decode(raw); v != k+1000 {
+				t.Fatalf("backend holds %d for key %d, want %d", v, k, k+1000)
+			}
 		}
-	}
+	})
 }
 
 // TestFailedApplyFailsLater: when the batch of a Capture cannot be applied,
