@@ -34,8 +34,9 @@ import (
 // ErrInjected marks every injected fault.
 var ErrInjected = errors.New("injected fault")
 
-// Odds is the chance of a fault per call at each site. Operators are called
-// per batch, far more often than the checkpoint hooks.
+// Odds is the share of failing calls at each site: one call in every
+// round(1/odds) fails. Operators are called per batch, far more often than
+// the checkpoint hooks.
 var Odds = map[string]float64{
 	"operator": 0.002, "operator snapshot": 0.03, "sink snapshot": 0.03,
 	"before commit": 0.03, "after commit": 0.03, "persist": 0.05,
@@ -83,10 +84,6 @@ func NewWithOdds(seed int64, budget int, scale float64) *Faults {
 	}
 	return &Faults{seed: seed, window: window, budget: uint64(max(0, budget)), calls: map[point]uint64{}}
 }
-
-// Window returns the number of calls of site among which one fails (0: the
-// site never fails).
-func (f *Faults) Window(site string) uint64 { return f.window[site] }
 
 // Fails reports whether call n (from 0) of site in subtask fails: a pure
 // function of the seed, site, subtask and n.

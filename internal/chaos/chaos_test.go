@@ -96,7 +96,7 @@ func TestBudgetBoundsFaults(t *testing.T) {
 		per[point{h.Site, h.Subtask}] = append(per[point{h.Site, h.Subtask}], h.Call)
 	}
 	for p, calls := range per {
-		w := f.Window(p.site)
+		w := f.window[p.site]
 		for i, n := range calls {
 			if n/w != uint64(i) {
 				t.Fatalf("%v: fault %d at call %d, outside window %d of %d calls", p, i, n, i, w)
@@ -107,9 +107,9 @@ func TestBudgetBoundsFaults(t *testing.T) {
 	g := New(9, 100)
 	drive(g, 1, 100, false, false)
 	for _, s := range sites {
-		want := 100 / g.Window(s)
+		want := 100 / g.window[s]
 		if got := uint64(len(slices.DeleteFunc(g.Schedule(), func(h Hit) bool { return h.Site != s }))); got < want || got > want+1 {
-			t.Fatalf("%s: %d faults in 100 calls of windows of %d, want %d (or one more in the partial window)", s, got, g.Window(s), want)
+			t.Fatalf("%s: %d faults in 100 calls of windows of %d, want %d (or one more in the partial window)", s, got, g.window[s], want)
 		}
 	}
 	if n := New(9, 0); func() int { drive(n, subtasks, 1000, false, false); return n.Total() }() != 0 {
