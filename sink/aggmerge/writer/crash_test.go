@@ -134,7 +134,7 @@ func crashChild(dir string) error {
 		})
 		if env("MODE") == "two" {
 			// each job also fails on its own, in process: killed independently
-			events = chaos.Operator(events, "chaos", chaos.New(seed+int64(len(name)+len(jobs)), 3))
+			events = chaos.Operator(events, "chaos", chaos.New(seed+int64(len(name)+len(jobs)), 1)) // one fault per site and subtask in each child
 		}
 		// Writes reach the table every 10 ms, between checkpoints 200 ms
 		// apart: most kills leave writes past the last checkpoint to undo.
