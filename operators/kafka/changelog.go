@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ebbflow/ebbflow/runtime"
@@ -78,115 +77,6 @@ func (c Change) Rows(fn func(runtime.RowKind, Row) error) error {
 		return fn(runtime.RowUpdateAfter, c.After)
 	}
 	return nil
-}
-
-var (
-	errNoKey        = errors.New("changelog record has no key")
-	errBeforeNeeded = errors.New(`debezium-json: "before" is null on an update or delete (the source must log full before-images)`)
-)
-
-// UpsertJSON decodes upsert-json changelog records (the Kafka Streams,
-// ksqlDB and Flink upsert-kafka convention): the key is a JSON object, the
-// value the full row as a JSON object, or null for a delete. Each record
-// decodes to a ChangeUpsert or a ChangeDelete without Before; a Normalizer
-// turns them into exact inserts, updates and deletes.
-func UpsertJSON() Format[Change] {
-	return func() Decoder[Change] {
-		d := &rowDecoder{}
-		return func(r *kgo.Record) (Change, error) {
-			c, err := decodeKey(d, r)
-			if err != nil {
-				return c, err
-			}
-			c.Record = r
-			if r.Value == nil {
-				c.Op = ChangeDelete
-				return c, nil
-			}
-			if c.After, err = d.decode(r.Value); err != nil {
-				return c, fmt.Errorf("upsert-json value: %w", err)
-			}
-			c.Op = ChangeUpsert
-			return c, nil
-		}
-	}
-}
-
-// DebeziumJSON decodes Debezium JSON envelopes, {"before", "after", "op",
-// ...}, optionally wrapped in {"schema", "payload"}: op "c" and "r" give
-// ChangeInsert, "u" ChangeUpdate, "d" ChangeDelete. As in Flink, an update
-// or delete without "before" is an error. A null value (the tombstone after
-// a delete) gives ChangeSkip. The key is optional.
-func DebeziumJSON() Format[Change] {
-	return func() Decoder[Change] {
-		d := &rowDecoder{}
-		return func(r *kgo.Record) (Change, error) {
-			c, err := decodeKey(d, r)
-			if err != nil && !errors.Is(err, errNoKey) {
-				return c, err
-			}
-			c.Record = r
-			if r.Value == nil {
-				c.Op = ChangeSkip
-				return c, nil
-			}
-			env, err := d.decode(r.Value)
-			if err != nil {
-				return c, fmt.Errorf("debezium-json value: %w", err)
-			}
-			if p, ok := env.Get("payload"); ok && p.Kind() == Object {
-				env = Row{fields: p.kids}
-			}
-			op, _ := env.Get("op")
-			s, _ := op.Str()
-			before, hasBefore := objectField(env, "before")
-			after, hasAfter := objectField(env, "after")
-			c.Before, c.After = before, after
-			switch s {
-			case "c", "r":
-				c.Op = ChangeInsert
-				if !hasAfter {
-					return c, fmt.Errorf(`debezium-json: op %q without "after"`, s)
-				}
-			case "u":
-				c.Op = ChangeUpdate
-				if !hasAfter {
-					return c, fmt.Errorf(`debezium-json: op "u" without "after"`)
-				}
-				if !hasBefore {
-					return c, errBeforeNeeded
-				}
-			case "d":
-				c.Op = ChangeDelete
-				if !hasBefore {
-					return c, errBeforeNeeded
-				}
-			default:
-				return c, fmt.Errorf("debezium-json: unknown op %q", s)
-			}
-			return c, nil
-		}
-	}
-}
-
-func decodeKey(d *rowDecoder, r *kgo.Record) (Change, error) {
-	if r.Key == nil {
-		return Change{}, errNoKey
-	}
-	k, err := d.decode(r.Key)
-	if err != nil {
-		return Change{}, fmt.Errorf("changelog key: %w", err)
-	}
-	return Change{RawKey: r.Key, Key: k}, nil
-}
-
-// objectField returns the named member of r when it is an object.
-func objectField(r Row, name string) (Row, bool) {
-	v, ok := r.Get(name)
-	if !ok || v.Kind() != Object {
-		return Row{}, false
-	}
-	return Row{fields: v.kids}, true
 }
 
 // Normalizer derives exact changes from upsert records by remembering the

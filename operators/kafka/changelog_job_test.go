@@ -14,6 +14,7 @@ import (
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
 )
@@ -36,7 +37,7 @@ func upsertRecords(topic string, from, to int) []*kgo.Record {
 
 // expectedLines normalizes recs in memory: the oracle, per key.
 func expectedLines(t *testing.T, recs []*kgo.Record) map[string][]string {
-	dec := kafka.UpsertJSON()()
+	dec := changelogfmt.UpsertJSON.Decoder()()
 	var n kafka.Normalizer
 	out := map[string][]string{}
 	for _, r := range recs {
@@ -57,7 +58,7 @@ func expectedLines(t *testing.T, recs []*kgo.Record) map[string][]string {
 // changelogJob reads the topic, normalizes in keyed state and commits
 // "key|kind row" lines.
 func changelogJob(t *testing.T, dir, topic string, brokers []string) *runtime.Job {
-	src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}}, kafka.UpsertJSON())
+	src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}}, changelogfmt.UpsertJSON.Decoder())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@
 // Files: source.go (the subtask: open, read, snapshot), partitions.go
 // (assignment and the state encoding), discover.go (topic listing, start
 // offsets, discovery goroutine), commit.go (group commits), deadletter.go,
-// format.go and row.go/rowdecode.go (decoding), config.go, security.go,
+// format.go and row.go/rowdecode.go (decoding), changelog.go and
+// changelog_normalize.go (changelog changes and their normalization; the
+// changelog formats are in package changelogfmt), config.go, security.go,
 // health.go, metrics.go.
 package kafka

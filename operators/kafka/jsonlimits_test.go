@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 )
 
 // nested is an object nesting levels deep (the outer object counts),
@@ -38,11 +39,11 @@ func TestJSONLimits(t *testing.T) {
 		},
 		"JSON": func(v []byte) error { _, err := kafka.JSON[map[string]any]()()(&kgo.Record{Value: v}); return err },
 		"upsert-json value": func(v []byte) error {
-			_, err := kafka.UpsertJSON()()(&kgo.Record{Key: []byte(`{"k":1}`), Value: v})
+			_, err := changelogfmt.UpsertJSON.Decoder()()(&kgo.Record{Key: []byte(`{"k":1}`), Value: v})
 			return err
 		},
 		"upsert-json key": func(v []byte) error {
-			_, err := kafka.UpsertJSON()()(&kgo.Record{Key: v, Value: []byte(`{"k":1}`)})
+			_, err := changelogfmt.UpsertJSON.Decoder()()(&kgo.Record{Key: v, Value: []byte(`{"k":1}`)})
 			return err
 		},
 	}

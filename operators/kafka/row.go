@@ -171,6 +171,15 @@ func (v Value) Fields() []Field {
 	return v.kids
 }
 
+// Row returns an Object value as a Row, sharing its members; ok is false
+// for any other kind.
+func (v Value) Row() (r Row, ok bool) {
+	if v.kind != Object {
+		return Row{}, false
+	}
+	return Row{fields: v.kids}, true
+}
+
 // Any converts v to plain Go values, allocating.
 func (v Value) Any() any {
 	switch v.kind {

@@ -24,6 +24,15 @@ func Rows() Format[Row] {
 	}
 }
 
+// RowDecoder decodes JSON objects into Rows as Rows does, for a format
+// that takes a record apart itself (package changelogfmt). Its rows share
+// memory with each other (see Row). The zero value is ready; a RowDecoder
+// is used by one goroutine.
+type RowDecoder struct{ d rowDecoder }
+
+// Decode decodes b, a JSON object.
+func (d *RowDecoder) Decode(b []byte) (Row, error) { return d.d.decode(b) }
+
 const (
 	fieldChunk = 4096     // fields per chunk
 	byteChunk  = 64 << 10 // string bytes per chunk

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
 )
@@ -20,11 +21,11 @@ func (e *Env) changelogSource(j *Job, name string, k *pipelines.KafkaSource) (ru
 	if err != nil {
 		return runtime.Stream[kafka.Change]{}, nil, err
 	}
-	format := kafka.DebeziumJSON()
-	if k.Format == pipelines.FormatUpsertJSON {
-		format = kafka.UpsertJSON()
+	format, err := changelogfmt.Lookup(string(k.Format))
+	if err != nil {
+		return runtime.Stream[kafka.Change]{}, nil, err
 	}
-	ks, err := kafka.NewSource(cfg, format)
+	ks, err := kafka.NewSource(cfg, format.Decoder())
 	if err != nil {
 		return runtime.Stream[kafka.Change]{}, nil, err
 	}

@@ -126,10 +126,8 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown mode %q (want committed or uncommitted)", c.Mode))
 	}
-	switch c.Format {
-	case UpsertJSON, DebeziumJSON:
-	default:
-		errs = append(errs, fmt.Errorf("unknown format %q (want upsert-json or debezium-json)", c.Format))
+	if _, err := c.Format.codec(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("changelog exporter: %w", err)

@@ -51,14 +51,9 @@ func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
 	if cfg.Format == "" {
 		cfg.Format = UpsertJSON
 	}
-	var format kafka.Format[kafka.Change]
-	switch cfg.Format {
-	case UpsertJSON:
-		format = kafka.UpsertJSON()
-	case DebeziumJSON:
-		format = kafka.DebeziumJSON()
-	default:
-		return fmt.Errorf("read changelog %q: unknown format %q", cfg.Topic, cfg.Format)
+	codec, err := cfg.Format.codec()
+	if err != nil {
+		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
 	}
 	conn, err := cfg.Kafka.ConnectionOptions()
 	if err != nil {
@@ -85,7 +80,7 @@ func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
 		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
 	}
 	defer cl.Close()
-	dec := format()
+	dec := codec.Decoder()()
 	var norm kafka.Normalizer
 	for cfg.Follow || open > 0 {
 		fs := cl.PollFetches(ctx)

@@ -101,7 +101,9 @@
 //
 // # Formats
 //
-// UpsertJSON and DebeziumJSON, see Format. Values: null for absent and
+// UpsertJSON and DebeziumJSON, see Format; package
+// operators/kafka/changelogfmt writes them (this package turns the table's
+// values into JSON and adds the headers) and reads them back. Values: null for absent and
 // null, bool, int64 and float64 as JSON numbers, decimal as a string with
 // the column's scale ("12.50"), timestamp as RFC 3339 UTC with six
 // fractional digits (TimeLayout), bytes as standard base64, set<string> as
@@ -110,6 +112,6 @@
 //
 // Files: exporter.go (Run, sessions, transactions), select.go (committed
 // and uncommitted selection, masks), resume.go (topic check, reading the
-// last committed records), format.go and records.go (encoding, headers),
+// last committed records), format.go and records.go (JSON rows, headers),
 // consume.go (the reader), config.go, metrics.go.
 package export

@@ -49,8 +49,9 @@ func New(cfg Config) (*Exporter, error) {
 	}
 	x := &Exporter{cfg: cfg, buckets: cfg.Table.Schema().Buckets, m: m,
 		log: cfg.Logger.With("table", cfg.Name, "topic", cfg.Topic)}
+	codec, _ := cfg.Format.codec() // validated
 	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(), txnID: cfg.TransactionalID,
-		format: cfg.Format, topic: cfg.Topic, now: cfg.Now}
+		codec: codec, topic: cfg.Topic, now: cfg.Now}
 	x.former = slices.DeleteFunc(slices.Clone(cfg.FormerTransactionalIDs), func(id string) bool { return id == cfg.TransactionalID })
 	x.mu.retain = make([]uint64, x.buckets)
 	x.mu.done = make([]uint64, x.buckets)

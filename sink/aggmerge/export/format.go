@@ -1,32 +1,34 @@
 package export
 
 import (
-	"strconv"
-	"time"
-
 	"github.com/ebbflow/ebbflow/internal/jsonenc"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
-// Format is the wire format of the changelog topic.
+// Format is the wire format of the changelog topic, the name of a format
+// of package changelogfmt, which writes and reads it.
 type Format string
 
-// The formats.
+// The formats (see changelogfmt.UpsertJSON and changelogfmt.DebeziumJSON).
 const (
 	// UpsertJSON: key = the primary key as a JSON object, value = the full
 	// row (key and value columns) as a JSON object, a delete is a tombstone
 	// (null value). Updates carry only the new row: the -U half of an update
 	// is not written. The topic is compactable.
-	UpsertJSON Format = "upsert-json"
+	UpsertJSON Format = changelogfmt.UpsertJSONName
 	// DebeziumJSON: key as in UpsertJSON, value = {"before", "after", "op",
 	// "ts_ms", "source"} without the schema wrapper, one record per change
 	// (op "c", "u" or "d"; an update's -U and +U become one "u" record with
 	// both images), "before" always filled on "u" and "d"; each "d" is
 	// followed by a tombstone with the same headers, so the topic stays
 	// compactable.
-	DebeziumJSON Format = "debezium-json"
+	DebeziumJSON Format = changelogfmt.DebeziumJSONName
 )
+
+// codec returns the changelogfmt format called f.
+func (f Format) codec() (changelogfmt.Format, error) { return changelogfmt.Lookup(string(f)) }
 
 // Record header names. Every exported record carries all of them.
 const (
@@ -86,45 +88,3 @@ func appendRow(dst []byte, s *aggmerge.Schema, key, vals []agg.Value) []byte {
 
 // TimeLayout is how timestamps are written (agg.TimeLayout).
 const TimeLayout = agg.TimeLayout
-
-// debeziumOp is the Debezium op code of a change.
-func debeziumOp(op aggmerge.ChangeOp) string {
-	switch op {
-	case aggmerge.Insert:
-		return "c"
-	case aggmerge.Delete:
-		return "d"
-	}
-	return "u"
-}
-
-// appendDebezium appends the Debezium envelope of c.
-func appendDebezium(dst []byte, s *aggmerge.Schema, table string, bucket int, c *change, now time.Time) []byte {
-	dst = append(dst, `{"before":`...)
-	if c.before == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = appendRow(dst, s, c.key, c.before)
-	}
-	dst = append(dst, `,"after":`...)
-	if c.after == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = appendRow(dst, s, c.key, c.after)
-	}
-	dst = append(dst, `,"op":"`...)
-	dst = append(dst, debeziumOp(c.op)...)
-	dst = append(dst, `","ts_ms":`...)
-	dst = strconv.AppendInt(dst, now.UnixMilli(), 10)
-	dst = append(dst, `,"source":{"name":"ebbflow","table":`...)
-	dst = jsonenc.AppendString(dst, table)
-	dst = append(dst, `,"bucket":`...)
-	dst = strconv.AppendInt(dst, int64(bucket), 10)
-	dst = append(dst, `,"log_offset":`...)
-	dst = strconv.AppendUint(dst, c.offset, 10)
-	dst = append(dst, `,"checkpoint_id":`...)
-	dst = strconv.AppendUint(dst, c.checkpoint, 10)
-	dst = append(dst, `,"undo":`...)
-	dst = strconv.AppendBool(dst, c.undo)
-	return append(dst, "}}"...)
-}

@@ -73,7 +73,11 @@ func TestFormatsGolden(t *testing.T) {
 	for _, f := range []Format{UpsertJSON, DebeziumJSON} {
 		t.Run(string(f), func(t *testing.T) {
 			tbl := goldenTable(t)
-			enc := encoder{schema: tbl.Schema(), table: "orders", id: "00000000-0000-0000-0000-000000000000", txnID: "ebbflow-0123456789abcdef-shop-orders", format: f, topic: "orders-changelog",
+			codec, err := f.codec()
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc := encoder{schema: tbl.Schema(), table: "orders", id: "00000000-0000-0000-0000-000000000000", txnID: "ebbflow-0123456789abcdef-shop-orders", codec: codec, topic: "orders-changelog",
 				now: func() time.Time { return time.UnixMilli(1_735_776_000_123) }}
 			c := &cursor{}
 			chs, err := selectUncommitted(tbl, c, tbl.LogEnds()[0], 100, nil)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 )
 
@@ -15,30 +17,45 @@ type encoder struct {
 	table  string
 	id     string // the table's identity
 	txnID  string // the exporter's transactional id
-	format Format
+	codec  changelogfmt.Format
 	topic  string
 	now    func() time.Time
 }
 
 // records appends the records of c, exported from bucket, to dst: one,
-// or two for a Debezium delete (the "d" record and its tombstone).
+// or two for a Debezium delete (the "d" record and its tombstone), all
+// with the same headers.
 func (e *encoder) records(dst []*kgo.Record, bucket int, c *change) []*kgo.Record {
 	s := &e.schema
-	r := &kgo.Record{Topic: e.topic, Partition: int32(bucket), Key: appendKey(nil, s, c.key), Headers: e.headers(bucket, c)}
-	switch e.format {
-	case DebeziumJSON:
-		r.Value = appendDebezium(nil, s, e.table, bucket, c, e.now())
-		dst = append(dst, r)
-		if c.op == aggmerge.Delete {
-			dst = append(dst, &kgo.Record{Topic: e.topic, Partition: int32(bucket), Key: r.Key, Headers: r.Headers})
-		}
-		return dst
-	default:
-		if c.op != aggmerge.Delete {
-			r.Value = appendRow(nil, s, c.key, c.after)
-		}
-		return append(dst, r)
+	en := changelogfmt.Entry{Op: entryOp(c.op), Key: appendKey(nil, s, c.key)}
+	if c.after != nil {
+		en.After = appendRow(nil, s, c.key, c.after)
 	}
+	if e.codec.Envelope() {
+		if c.before != nil {
+			en.Before = appendRow(nil, s, c.key, c.before)
+		}
+		en.Source = changelogfmt.Source{Table: e.table, Bucket: bucket, LogOffset: c.offset, Checkpoint: c.checkpoint, Undo: c.undo}
+		en.Time = e.now()
+	}
+	n := len(dst)
+	dst = e.codec.Append(dst, &en)
+	headers := e.headers(bucket, c)
+	for _, r := range dst[n:] {
+		r.Topic, r.Partition, r.Headers = e.topic, int32(bucket), headers
+	}
+	return dst
+}
+
+// entryOp is the changelogfmt op of an exported change.
+func entryOp(op aggmerge.ChangeOp) kafka.ChangeOp {
+	switch op {
+	case aggmerge.Insert:
+		return kafka.ChangeInsert
+	case aggmerge.Delete:
+		return kafka.ChangeDelete
+	}
+	return kafka.ChangeUpdate
 }
 
 func (e *encoder) headers(bucket int, c *change) []kgo.RecordHeader {

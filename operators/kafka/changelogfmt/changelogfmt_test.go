@@ -1,4 +1,4 @@
-package kafka
+package changelogfmt
 
 import (
 	"errors"
@@ -7,16 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // changelogRows decodes records with f, normalizes them, and returns the
 // +I/-U/+U/-D rows as "kind key row" lines.
-func changelogRows(t *testing.T, f Format[Change], recs ...*kgo.Record) []string {
+func changelogRows(t *testing.T, f kafka.Format[kafka.Change], recs ...*kgo.Record) []string {
 	t.Helper()
 	dec := f()
-	var n Normalizer
+	var n kafka.Normalizer
 	var out []string
 	for _, r := range recs {
 		c, err := dec(r)
@@ -27,7 +29,7 @@ func changelogRows(t *testing.T, f Format[Change], recs ...*kgo.Record) []string
 		if !ok {
 			continue
 		}
-		err = c.Rows(func(k runtime.RowKind, row Row) error {
+		err = c.Rows(func(k runtime.RowKind, row kafka.Row) error {
 			out = append(out, fmt.Sprintf("%s %s %s", k, c.Key, row))
 			return nil
 		})
@@ -61,7 +63,7 @@ func wantRows(t *testing.T, got []string, want ...string) {
 // with the last row, and a tombstone of an unknown key nothing.
 func TestUpsertJSONNormalized(t *testing.T) {
 	k1, k2 := `{"user":"ada"}`, `{"user":"bob"}`
-	got := changelogRows(t, UpsertJSON(),
+	got := changelogRows(t, UpsertJSON.Decoder(),
 		rec(k1, `{"user":"ada","total":1}`),
 		rec(k2, `{"user":"bob","total":5}`),
 		rec(k1, `{"user":"ada","total":3}`),
@@ -82,7 +84,7 @@ func TestUpsertJSONNormalized(t *testing.T) {
 
 func TestDebeziumJSON(t *testing.T) {
 	k := `{"user":"ada"}`
-	got := changelogRows(t, DebeziumJSON(),
+	got := changelogRows(t, DebeziumJSON.Decoder(),
 		rec(k, `{"before":null,"after":{"user":"ada","total":1},"op":"c","ts_ms":1}`),
 		rec(k, `{"before":{"user":"ada","total":1},"after":{"user":"ada","total":4},"op":"u","ts_ms":2,"source":{"table":"t"}}`),
 		rec(k, `{"schema":{},"payload":{"before":{"user":"ada","total":4},"after":null,"op":"d"}}`),
@@ -100,18 +102,18 @@ func TestDebeziumJSON(t *testing.T) {
 
 func TestChangelogDecodeErrors(t *testing.T) {
 	cases := []struct {
-		f          Format[Change]
+		f          kafka.Format[kafka.Change]
 		key, value string
 		want       string
 	}{
-		{UpsertJSON(), "", `{"a":1}`, "no key"},
-		{UpsertJSON(), `{"a":1}`, `[1]`, "not a JSON object"},
-		{UpsertJSON(), `nope`, `{"a":1}`, "changelog key"},
-		{DebeziumJSON(), `{"a":1}`, `{"before":null,"after":{"a":1},"op":"u"}`, `"before" is null`},
-		{DebeziumJSON(), `{"a":1}`, `{"before":null,"after":null,"op":"d"}`, `"before" is null`},
-		{DebeziumJSON(), `{"a":1}`, `{"after":null,"op":"c"}`, `without "after"`},
-		{DebeziumJSON(), `{"a":1}`, `{"after":{"a":1},"op":"x"}`, `unknown op "x"`},
-		{DebeziumJSON(), `{"a":1}`, `{"after":`, "debezium-json value"},
+		{UpsertJSON.Decoder(), "", `{"a":1}`, "no key"},
+		{UpsertJSON.Decoder(), `{"a":1}`, `[1]`, "not a JSON object"},
+		{UpsertJSON.Decoder(), `nope`, `{"a":1}`, "changelog key"},
+		{DebeziumJSON.Decoder(), `{"a":1}`, `{"before":null,"after":{"a":1},"op":"u"}`, `"before" is null`},
+		{DebeziumJSON.Decoder(), `{"a":1}`, `{"before":null,"after":null,"op":"d"}`, `"before" is null`},
+		{DebeziumJSON.Decoder(), `{"a":1}`, `{"after":null,"op":"c"}`, `without "after"`},
+		{DebeziumJSON.Decoder(), `{"a":1}`, `{"after":{"a":1},"op":"x"}`, `unknown op "x"`},
+		{DebeziumJSON.Decoder(), `{"a":1}`, `{"after":`, "debezium-json value"},
 	}
 	for _, c := range cases {
 		_, err := c.f()(rec(c.key, c.value))
@@ -119,7 +121,7 @@ func TestChangelogDecodeErrors(t *testing.T) {
 			t.Errorf("key %s value %s: error %v, want it to contain %q", c.key, c.value, err, c.want)
 		}
 	}
-	if _, err := DebeziumJSON()()(rec(`{"a":1}`, `{"before":null,"after":{"a":1},"op":"u"}`)); !errors.Is(err, errBeforeNeeded) {
+	if _, err := DebeziumJSON.Decoder()()(rec(`{"a":1}`, `{"before":null,"after":{"a":1},"op":"u"}`)); !errors.Is(err, errBeforeNeeded) {
 		t.Errorf("update without before: %v, want errBeforeNeeded", err)
 	}
 }
@@ -127,8 +129,8 @@ func TestChangelogDecodeErrors(t *testing.T) {
 // TestNormalizerRemembersCopies: decoded rows share memory with later
 // ones; the remembered row must not change when the decoder reuses it.
 func TestNormalizerRemembersCopies(t *testing.T) {
-	dec := UpsertJSON()()
-	var n Normalizer
+	dec := UpsertJSON.Decoder()()
+	var n kafka.Normalizer
 	var before []string
 	for i := range 3000 { // enough to fill and replace decoder chunks
 		c, err := dec(rec(fmt.Sprintf(`{"k":%d}`, i%2), fmt.Sprintf(`{"k":%d,"v":"value-%d"}`, i%2, i)))
@@ -136,7 +138,7 @@ func TestNormalizerRemembersCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, ok := n.Normalize(c)
-		if ok && c.Op == ChangeUpdate {
+		if ok && c.Op == kafka.ChangeUpdate {
 			before = append(before, c.Before.String())
 		}
 	}
