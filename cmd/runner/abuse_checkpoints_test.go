@@ -97,7 +97,7 @@ func TestAbuseLostCheckpoints(t *testing.T) {
 	kafkatest.WaitStable(t, brokers, changelog)
 	ctx, cancel := context.WithTimeout(context.Background(), kafkatest.Timeout)
 	defer cancel()
-	rows, err := export.ReadTable(ctx, export.ReaderConfig{Kafka: kafka.Config{Brokers: brokers}, Topic: changelog})
+	rows, err := export.ReadTable(ctx, export.ReaderConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: changelog})
 	if err != nil {
 		t.Fatal(err)
 	}

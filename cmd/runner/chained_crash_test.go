@@ -384,7 +384,7 @@ func (ch *chain) diffChangelog() string {
 	lastOffset := map[int]uint64{}
 	rows := map[string]userSum{}
 	records := 0
-	err := export.Read(ctx, export.ReaderConfig{Kafka: kafka.Config{Brokers: ch.brokers}, Topic: ch.changelog, Format: ch.format},
+	err := export.Read(ctx, export.ReaderConfig{Kafka: kafka.Connection{Brokers: ch.brokers}, Topic: ch.changelog, Format: ch.format},
 		func(c export.Change) error {
 			records++
 			// an update is read as -U then +U of one record

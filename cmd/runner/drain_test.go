@@ -45,7 +45,7 @@ func TestStopDrainsChangelog(t *testing.T) {
 	kafkatest.WaitStable(t, brokers, changelog) // the last commit's markers
 	ctx, cancel := context.WithTimeout(context.Background(), kafkatest.Timeout)
 	defer cancel()
-	topic, err := export.ReadTable(ctx, export.ReaderConfig{Kafka: kafka.Config{Brokers: brokers}, Topic: changelog})
+	topic, err := export.ReadTable(ctx, export.ReaderConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: changelog})
 	if err != nil {
 		t.Fatal(err)
 	}

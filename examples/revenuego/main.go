@@ -95,7 +95,7 @@ func Run(ctx context.Context, data string, n int, log *slog.Logger) (*aggmerge.T
 	j := runtime.NewJob(runtime.Options{Name: "revenue", DataDir: data, Parallelism: 2, Logger: log,
 		StateBackend: pebblestate.NewFactory(pebblestate.Options{}),
 		Checkpoint:   runtime.CheckpointOptions{Interval: time.Second}})
-	src, err := kafka.NewSource(kafka.Config{Brokers: broker.Addrs(), Topics: []string{"orders"}}, kafka.JSON[Order]())
+	src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: broker.Addrs()}, Topics: []string{"orders"}}, kafka.JSON[Order]())
 	if err != nil {
 		tbl.Close()
 		return nil, err

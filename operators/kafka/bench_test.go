@@ -44,7 +44,7 @@ func BenchmarkSource(b *testing.B) {
 			measure(b, n, func(first func()) { rawConsume(b, brokers, topic, partitions, par, n, bytes, first) })
 		})
 	}
-	cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}}
+	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}
 	for _, par := range []int{1, 2} {
 		b.Run(fmt.Sprintf("source-raw/p=%d", par), func(b *testing.B) {
 			benchJob(b, n, par, newSource(b, cfg, kafka.Raw()))

@@ -58,7 +58,7 @@ func expectedLines(t *testing.T, recs []*kgo.Record) map[string][]string {
 // changelogJob reads the topic, normalizes in keyed state and commits
 // "key|kind row" lines.
 func changelogJob(t *testing.T, dir, topic string, brokers []string) *runtime.Job {
-	src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}}, changelogfmt.UpsertJSON.Decoder())
+	src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, changelogfmt.UpsertJSON.Decoder())
 	if err != nil {
 		t.Fatal(err)
 	}

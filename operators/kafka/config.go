@@ -6,15 +6,15 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Config configures a Kafka source. The zero value of every optional field
 // takes the default noted.
 type Config struct {
-	// Brokers are the seed brokers (host:port). Required.
-	Brokers []string
+	// Connection is how the source reaches the cluster; Brokers is
+	// required. ClientOptions that change what is consumed or how offsets
+	// are managed break the source's guarantees.
+	Connection
 	// Topics are the topics to read, by name. Exactly one of Topics and
 	// TopicPattern is set.
 	Topics []string
@@ -45,18 +45,9 @@ type Config struct {
 	// OnDecodeError is what happens to a record its format cannot decode
 	// (Fail by default).
 	OnDecodeError ErrorPolicy
-	// DeadLetterTopic receives undecodable records under DeadLetter.
+	// DeadLetterTopic receives undecodable records under DeadLetter, over
+	// the source's Connection.
 	DeadLetterTopic string
-	// ClientID names the client to the brokers ("ebbflow").
-	ClientID string
-	// TLS, when set, encrypts the connections.
-	TLS *TLS
-	// SASL, when set, authenticates the connections.
-	SASL *SASL
-	// ClientOptions are extra franz-go options applied last (fetch sizes,
-	// timeouts). Options that change what is consumed or how offsets are
-	// managed break the source's guarantees.
-	ClientOptions []kgo.Opt
 }
 
 // ErrorPolicy says what happens to a record that cannot be decoded.
@@ -265,15 +256,7 @@ func (cfg Config) String() string {
 	if cfg.DeadLetterTopic != "" {
 		fmt.Fprintf(&b, " dead_letter_topic=%q", cfg.DeadLetterTopic)
 	}
-	if cfg.ClientID != "" {
-		fmt.Fprintf(&b, " client_id=%q", cfg.ClientID)
-	}
-	if cfg.TLS != nil {
-		fmt.Fprintf(&b, " tls=%s", cfg.TLS)
-	}
-	if cfg.SASL != nil {
-		fmt.Fprintf(&b, " sasl=%s", cfg.SASL)
-	}
+	cfg.Connection.appendSecurity(&b)
 	return b.String()
 }
 

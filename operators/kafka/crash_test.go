@@ -43,8 +43,8 @@ func TestMain(m *testing.M) { crashtest.Main(m, childEnv, runCrashChild) }
 func runCrashChild(dir string) error {
 	par, _ := strconv.Atoi(os.Getenv(childEnv + "_PAR"))
 	src, err := kafka.NewSource(kafka.Config{
-		Brokers: strings.Split(os.Getenv(childEnv+"_BROKERS"), ","),
-		Topics:  []string{os.Getenv(childEnv + "_TOPIC")},
+		Connection: kafka.Connection{Brokers: strings.Split(os.Getenv(childEnv+"_BROKERS"), ",")},
+		Topics:     []string{os.Getenv(childEnv + "_TOPIC")},
 	}, eventFormat)
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 // undecodable ones to a dead-letter topic.
 func ExampleNewSource() {
 	src, err := kafka.NewSource(kafka.Config{
-		Brokers:         []string{"127.0.0.1:9092"},
+		Connection:      kafka.Connection{Brokers: []string{"127.0.0.1:9092"}},
 		Topics:          []string{"orders"},
 		Start:           kafka.StartEarliest(),
 		Group:           "order-totals", // lag monitoring only

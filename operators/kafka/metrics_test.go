@@ -26,7 +26,7 @@ func TestMetrics(t *testing.T) {
 	kafkatest.Produce(t, brokers, recs...)
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	j := eventJob(t, dir, newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, eventFormat), 2, 0,
+	j := eventJob(t, dir, newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, eventFormat), 2, 0,
 		func(o *runtime.Options) { o.Registerer = reg })
 	var read, readBytes float64
 	lag := map[string]float64{}

@@ -39,7 +39,7 @@ func TestBrokerOutage(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	reg := prometheus.NewRegistry()
-	src := newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, eventFormat)
+	src := newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, eventFormat)
 	j := eventJob(t, dir, src, 1, 0, func(o *runtime.Options) { o.Registerer = reg })
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

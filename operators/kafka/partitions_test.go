@@ -80,7 +80,7 @@ func TestOffsetsCorrupt(t *testing.T) {
 
 func TestConfigErrorsAllAtOnce(t *testing.T) {
 	_, err := NewSource(Config{TopicPattern: "(", Topics: []string{""}, Start: StartCommitted(StartEarliest()),
-		OnDecodeError: DeadLetter, SASL: &SASL{Mechanism: "GSSAPI"}}, Raw())
+		OnDecodeError: DeadLetter, Connection: Connection{SASL: &SASL{Mechanism: "GSSAPI"}}}, Raw())
 	if err == nil {
 		t.Fatal("accepted")
 	}
@@ -90,13 +90,13 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 			t.Errorf("%q missing from %v", want, err)
 		}
 	}
-	if _, err := NewSource(Config{Brokers: []string{"x"}, TopicPattern: "("}, Raw()); err == nil || !strings.Contains(err.Error(), "topic pattern") {
+	if _, err := NewSource(Config{Connection: Connection{Brokers: []string{"x"}}, TopicPattern: "("}, Raw()); err == nil || !strings.Contains(err.Error(), "topic pattern") {
 		t.Errorf("bad pattern: %v", err)
 	}
-	if _, err := NewSource(Config{Brokers: []string{"x"}, Topics: []string{"t"}, TLS: &TLS{CertFile: "c"}}, Raw()); err == nil {
+	if _, err := NewSource(Config{Connection: Connection{Brokers: []string{"x"}, TLS: &TLS{CertFile: "c"}}, Topics: []string{"t"}}, Raw()); err == nil {
 		t.Error("a cert without a key accepted")
 	}
-	if _, err := NewSource(Config{Brokers: []string{"x"}, Topics: []string{"t"}}, Raw()); err != nil {
+	if _, err := NewSource(Config{Connection: Connection{Brokers: []string{"x"}}, Topics: []string{"t"}}, Raw()); err != nil {
 		t.Errorf("minimal config: %v", err)
 	}
 }

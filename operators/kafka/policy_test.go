@@ -30,7 +30,7 @@ func TestDecodeErrorFails(t *testing.T) {
 	topic := kafkatest.NewTopic(t, brokers, 1)
 	badAt(t, brokers, topic, 20, 10)
 	dir := t.TempDir()
-	j := eventJob(t, dir, newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, eventFormat), 1, 0)
+	j := eventJob(t, dir, newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, eventFormat), 1, 0)
 	err := j.Run(t.Context())
 	if !errors.Is(err, kafka.ErrDecode) {
 		t.Fatalf("run: %v, want ErrDecode", err)
@@ -46,7 +46,7 @@ func TestDecodeErrorSkips(t *testing.T) {
 	badAt(t, brokers, topic, 20, 10)
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	src := newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, OnDecodeError: kafka.Skip}, eventFormat)
+	src := newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, OnDecodeError: kafka.Skip}, eventFormat)
 	j := eventJob(t, dir, src, 1, 0, func(o *runtime.Options) { o.Registerer = reg })
 	dropped := -1.0
 	got := runUntilCommitted(t, j, filepath.Join(dir, "out"), 19, func() {
@@ -94,7 +94,7 @@ func TestDecodeErrorDeadLetter(t *testing.T) {
 	badAt(t, brokers, topic, 20, 10)
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	src := newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, OnDecodeError: kafka.DeadLetter, DeadLetterTopic: dlq}, eventFormat)
+	src := newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, OnDecodeError: kafka.DeadLetter, DeadLetterTopic: dlq}, eventFormat)
 	j := eventJob(t, dir, src, 1, 0, func(o *runtime.Options) { o.Registerer = reg })
 	counted := -1.0
 	got := runUntilCommitted(t, j, filepath.Join(dir, "out"), 19, func() {

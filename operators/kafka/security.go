@@ -7,10 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // Secret is a string that never prints: fmt (every verb), encoding and
@@ -99,27 +95,4 @@ func (s *SASL) validate() error {
 		return errors.New("sasl: empty username")
 	}
 	return nil
-}
-
-// connOptions returns the client options for TLS, SASL and the client id.
-func (cfg *Config) connOptions() ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID)}
-	if cfg.TLS != nil {
-		tc, err := cfg.TLS.config()
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	if s := cfg.SASL; s != nil {
-		switch s.Mechanism {
-		case SASLPlain:
-			opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: s.Password.reveal()}.AsMechanism()))
-		case SASLScramSHA256:
-			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password.reveal()}.AsSha256Mechanism()))
-		case SASLScramSHA512:
-			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password.reveal()}.AsSha512Mechanism()))
-		}
-	}
-	return opts, nil
 }

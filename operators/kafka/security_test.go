@@ -31,17 +31,19 @@ import (
 const password = "s3cr3t-p4ss"
 
 func TestSecretsNeverPrint(t *testing.T) {
-	cfg := kafka.Config{Brokers: []string{"b:9092"}, Topics: []string{"t"},
+	cfg := kafka.Config{Topics: []string{"t"}, Connection: kafka.Connection{Brokers: []string{"b:9092"},
 		SASL: &kafka.SASL{Mechanism: kafka.SASLScramSHA512, Username: "alice", Password: password},
-		TLS:  &kafka.TLS{ServerName: "broker"}}
+		TLS:  &kafka.TLS{ServerName: "broker"}}}
 	var out bytes.Buffer
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 		fmt.Fprintf(&out, verb+"\n", cfg)
+		fmt.Fprintf(&out, verb+"\n", cfg.Connection)
+		fmt.Fprintf(&out, verb+"\n", struct{ Kafka kafka.Connection }{cfg.Connection}) // as in export.Config
 		fmt.Fprintf(&out, verb+"\n", *cfg.SASL)
 		fmt.Fprintf(&out, verb+"\n", cfg.SASL.Password)
 	}
 	slog.New(slog.NewJSONHandler(&out, nil)).Info("cfg", "cfg", cfg, "sasl", cfg.SASL, "password", cfg.SASL.Password)
-	slog.New(slog.NewTextHandler(&out, nil)).Info("cfg", "cfg", cfg, "sasl", *cfg.SASL)
+	slog.New(slog.NewTextHandler(&out, nil)).Info("cfg", "cfg", cfg, "sasl", *cfg.SASL, "conn", cfg.Connection)
 	j, err := json.Marshal(cfg.SASL)
 	if err != nil {
 		t.Fatal(err)
@@ -90,16 +92,16 @@ func TestTLSAndSASL(t *testing.T) {
 		{kafka.SASLPlain, "plain-user"}, {kafka.SASLScramSHA256, "scram256-user"}, {kafka.SASLScramSHA512, "scram512-user"},
 	} {
 		t.Run(m.mech, func(t *testing.T) {
-			cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: clientTLS(),
-				SASL: &kafka.SASL{Mechanism: m.mech, Username: m.user, Password: password}}
+			cfg := kafka.Config{Topics: []string{"secure"}, Connection: kafka.Connection{Brokers: brokers, TLS: clientTLS(),
+				SASL: &kafka.SASL{Mechanism: m.mech, Username: m.user, Password: password}}}
 			dir := t.TempDir()
 			checkSeqs(t, runUntilCommitted(t, eventJob(t, dir, newSource(t, cfg, eventFormat), 1, 0), filepath.Join(dir, "out"), 100), 100)
 		})
 	}
 	t.Run("wrong password", func(t *testing.T) {
 		var logs bytes.Buffer
-		cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: clientTLS(), StartTimeout: time.Second,
-			SASL: &kafka.SASL{Mechanism: kafka.SASLScramSHA256, Username: "scram256-user", Password: "wrong-" + password}}
+		cfg := kafka.Config{Topics: []string{"secure"}, StartTimeout: time.Second, Connection: kafka.Connection{Brokers: brokers, TLS: clientTLS(),
+			SASL: &kafka.SASL{Mechanism: kafka.SASLScramSHA256, Username: "scram256-user", Password: "wrong-" + password}}}
 		j := eventJob(t, t.TempDir(), newSource(t, cfg, eventFormat), 1, 0, func(o *runtime.Options) {
 			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		})
@@ -116,8 +118,8 @@ func TestTLSAndSASL(t *testing.T) {
 		"no client certificate": {CAFile: caFile},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg := kafka.Config{Brokers: brokers, Topics: []string{"secure"}, TLS: tc, StartTimeout: time.Second,
-				SASL: &kafka.SASL{Mechanism: kafka.SASLPlain, Username: "plain-user", Password: password}}
+			cfg := kafka.Config{Topics: []string{"secure"}, StartTimeout: time.Second, Connection: kafka.Connection{Brokers: brokers, TLS: tc,
+				SASL: &kafka.SASL{Mechanism: kafka.SASLPlain, Username: "plain-user", Password: password}}}
 			if err := eventJob(t, t.TempDir(), newSource(t, cfg, eventFormat), 1, 0).Run(t.Context()); err == nil {
 				t.Fatal("connected")
 			}

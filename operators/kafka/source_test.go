@@ -20,7 +20,7 @@ func TestStopProduceRestore(t *testing.T) {
 	produceEvents(t, brokers, topic, partitions, 0, 2000)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}}
+	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}
 
 	first := runToStop(t, eventJob(t, dir, newSource(t, cfg, eventFormat), 1, 700), out)
 	if len(first) < 700 || len(first) >= 2000 {
@@ -41,7 +41,7 @@ func TestRescale(t *testing.T) {
 	produceEvents(t, brokers, topic, partitions, 0, 3000)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}}
+	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}
 
 	first := runToStop(t, eventJob(t, dir, newSource(t, cfg, eventFormat), 2, 1000), out)
 	if len(first) >= 3000 {
@@ -61,7 +61,7 @@ func TestDiscovery(t *testing.T) {
 	produceEvents(t, brokers, topic, 2, 0, 100)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	cfg := kafka.Config{Brokers: brokers, TopicPattern: "^" + regexp.QuoteMeta(topic) + "(-more)?$",
+	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, TopicPattern: "^" + regexp.QuoteMeta(topic) + "(-more)?$",
 		DiscoveryInterval: 50 * time.Millisecond}
 	j := eventJob(t, dir, newSource(t, cfg, eventFormat), 2, 0)
 

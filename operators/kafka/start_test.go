@@ -48,7 +48,7 @@ func TestTransactionalInput(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	committed := func(seq uint64) bool { return seq < 100 || seq >= 200 && seq < 400 }
-	src := newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, eventFormat)
+	src := newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, eventFormat)
 	got := runUntilCommitted(t, eventJob(t, dir, src, 2, 0), out, 300, func() {
 		time.Sleep(300 * time.Millisecond) // time to read past the LSO, if it did
 	})
@@ -58,7 +58,7 @@ func TestTransactionalInput(t *testing.T) {
 	if err := txn.EndTransaction(t.Context(), kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
-	src = newSource(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, eventFormat)
+	src = newSource(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, eventFormat)
 	got = runUntilCommitted(t, eventJob(t, dir, src, 2, 0), out, 400)
 	checkExactly(t, got, 500, func(seq uint64) bool { return committed(seq) || seq >= 400 })
 }
@@ -105,25 +105,25 @@ func TestStartPositions(t *testing.T) {
 
 	t.Run("earliest", func(t *testing.T) {
 		topic := setup(t)
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}}, 200, nil)
+		got := run(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}}, 200, nil)
 		checkSeqs(t, got, 200)
 	})
 	t.Run("latest", func(t *testing.T) {
 		topic := setup(t)
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartLatest()}, 100, func() {
+		got := run(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, Start: kafka.StartLatest()}, 100, func() {
 			produceEvents(t, brokers, topic, partitions, 200, 300)
 		})
 		checkExactly(t, got, 300, func(seq uint64) bool { return seq >= 200 })
 	})
 	t.Run("timestamp", func(t *testing.T) {
 		topic := setup(t)
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartAt(t0.Add(time.Second))}, 100, nil)
+		got := run(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, Start: kafka.StartAt(t0.Add(time.Second))}, 100, nil)
 		checkExactly(t, got, 200, func(seq uint64) bool { return seq >= 100 })
 	})
 	t.Run("offsets", func(t *testing.T) {
 		topic := setup(t)
 		start := kafka.StartOffsets(map[string]map[int32]int64{topic: {0: 10}}) // partition 1 not listed: earliest
-		got := run(t, kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: start}, 190, nil)
+		got := run(t, kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, Start: start}, 190, nil)
 		checkExactly(t, got, 200, func(seq uint64) bool { return seq%2 == 1 || seq >= 20 })
 	})
 	t.Run("committed", func(t *testing.T) {
@@ -137,7 +137,7 @@ func TestStartPositions(t *testing.T) {
 		}
 		// Partition 0 from its committed 25 (seq 50), partition 1 has no
 		// commit: from its latest.
-		cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}, Group: group, Start: kafka.StartCommitted(kafka.StartLatest())}
+		cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, Group: group, Start: kafka.StartCommitted(kafka.StartLatest())}
 		got := run(t, cfg, 175, func() {
 			produceEvents(t, brokers, topic, partitions, 200, 300)
 		})
@@ -170,7 +170,7 @@ func TestRestoreIgnoresStartPosition(t *testing.T) {
 	produceEvents(t, brokers, topic, 2, 0, 100) // before the start: never read
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	cfg := kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartLatest()}
+	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, Start: kafka.StartLatest()}
 	reg := prometheus.NewRegistry()
 	j := eventJob(t, dir, newSource(t, cfg, eventFormat), 1, 0, func(o *runtime.Options) { o.Registerer = reg })
 	runUntilCommitted(t, j, out, 100, func() {

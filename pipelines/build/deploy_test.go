@@ -223,7 +223,7 @@ func TestUpgradeFromTableTransactionalID(t *testing.T) {
 	cancel()
 	tab, _ := e.Table(table)
 	legacy := export.DefaultTransactionalID(table)
-	x, err := export.New(export.Config{Table: tab, Name: table, Topic: topic, Kafka: kafka.Config{Brokers: brokers}})
+	x, err := export.New(export.Config{Table: tab, Name: table, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		}
 		id := TransactionalID(deployment, cl.job, name, cl.spec.TransactionalID)
 		former := slices.DeleteFunc(exporterHolds, func(h string) bool { return h == id })
-		conn, err := e.kafkaConfig(cl.spec.Connection)
+		conn, err := e.kafkaConnection(cl.spec.Connection)
 		if err != nil {
 			return fmt.Errorf("table %q changelog: %w", name, err)
 		}
@@ -302,13 +302,13 @@ func (e *Env) EmbeddedBrokers() []string {
 	return nil
 }
 
-// kafkaConfig maps a connection of a job file to the Kafka package's.
-func (e *Env) kafkaConfig(c pipelines.Connection) (kafka.Config, error) {
+// kafkaConnection maps a connection of a job file to the Kafka package's.
+func (e *Env) kafkaConnection(c pipelines.Connection) (kafka.Connection, error) {
 	brokers, err := e.Brokers(c)
 	if err != nil {
-		return kafka.Config{}, err
+		return kafka.Connection{}, err
 	}
-	cfg := kafka.Config{Brokers: brokers, ClientID: c.ClientID}
+	cfg := kafka.Connection{Brokers: brokers, ClientID: c.ClientID}
 	if t := c.TLS; t != nil {
 		cfg.TLS = &kafka.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName,
 			InsecureSkipVerify: t.InsecureSkipVerify}

@@ -174,14 +174,14 @@ func (e *Env) datagen(j *Job, i int) (runtime.Stream[Row], error) {
 	if d.Topic == "" {
 		return runtime.FromSource(j.rt, src.Name, newGenSource(gen, d)), nil
 	}
-	conn, err := e.kafkaConfig(d.Kafka)
+	conn, err := e.kafkaConnection(d.Kafka)
 	if err != nil {
 		return runtime.Stream[Row]{}, err
 	}
 	j.producers = append(j.producers, &producer{gen: gen, rows: p.NewRowBuilder(), spec: d, conn: conn,
 		partitions: p.Spec.Job.Parallelism, log: e.log.With("job", p.Spec.Job.Name, "source", src.Name, "topic", d.Topic)})
-	conn.Topics, conn.Start, conn.Group = []string{d.Topic}, kafka.StartEarliest(), p.Spec.Job.Name
-	ks, err := kafka.NewSource(conn, kafka.JSONWith(p.NewRowBuilder().FromJSON))
+	cfg := kafka.Config{Connection: conn, Topics: []string{d.Topic}, Start: kafka.StartEarliest(), Group: p.Spec.Job.Name}
+	ks, err := kafka.NewSource(cfg, kafka.JSONWith(p.NewRowBuilder().FromJSON))
 	if err != nil {
 		return runtime.Stream[Row]{}, err
 	}
@@ -224,10 +224,11 @@ func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.
 // kafkaSource maps a Kafka source of a job file to the Kafka package's
 // configuration and the policy for records that fail.
 func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy, error) {
-	cfg, err := e.kafkaConfig(k.Connection)
+	conn, err := e.kafkaConnection(k.Connection)
 	if err != nil {
-		return cfg, nil, err
+		return kafka.Config{}, nil, err
 	}
+	cfg := kafka.Config{Connection: conn}
 	cfg.Topics, cfg.TopicPattern, cfg.Group, cfg.DeadLetterTopic = k.Topics, k.TopicPattern, k.Group, k.DeadLetterTopic
 	cfg.ReadUncommitted = k.IsolationLevel == "read_uncommitted"
 	cfg.DiscoveryInterval = k.Discovery.Std()
@@ -243,7 +244,7 @@ func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy,
 	cfg.ClientOptions = []kgo.Opt{kgo.FetchMaxBytes(int32(min(int64(k.FetchMaxBytes), 1<<31-1)))}
 	policy := &errorPolicy{policy: cfg.OnDecodeError, topic: k.DeadLetterTopic}
 	if policy.policy == kafka.DeadLetter {
-		policy.conn = cfg
+		policy.conn = cfg.Connection
 	}
 	return cfg, policy, nil
 }

@@ -24,7 +24,7 @@ type producer struct {
 	gen        *pipelines.Generator
 	rows       *pipelines.RowBuilder
 	spec       *pipelines.DatagenSource
-	conn       kafka.Config
+	conn       kafka.Connection
 	partitions int // when the topic must be created
 	log        *slog.Logger
 }
@@ -42,7 +42,7 @@ func stopped(ctx context.Context, err error) error {
 const resumeTimeout = 30 * time.Second
 
 func (p *producer) run(ctx context.Context) error {
-	conn, err := p.conn.ConnectionOptions()
+	conn, err := p.conn.Options()
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (p *producer) run(ctx context.Context) error {
 
 // createTopic makes sure the topic exists.
 func (p *producer) createTopic(ctx context.Context) error {
-	conn, err := p.conn.ConnectionOptions()
+	conn, err := p.conn.Options()
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (p *producer) resume(ctx context.Context, adm *kadm.Client, parts int) ([]i
 	if len(from) == 0 {
 		return next, nil
 	}
-	conn, err := p.conn.ConnectionOptions()
+	conn, err := p.conn.Options()
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func TestProducerResumes(t *testing.T) {
 	}
 	d := *p.Spec.Sources[0].Datagen
 	d.Rate = 20_000
-	pr := &producer{gen: gen, rows: p.NewRowBuilder(), spec: &d, conn: kafka.Config{Brokers: brokers}, partitions: 3, log: testLogger()}
+	pr := &producer{gen: gen, rows: p.NewRowBuilder(), spec: &d, conn: kafka.Connection{Brokers: brokers}, partitions: 3, log: testLogger()}
 	for i := range 4 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+40*i)*time.Millisecond)
 		if err := pr.run(ctx); err != nil {

@@ -22,8 +22,8 @@ import (
 // expressions fail or that cannot be written to a table.
 type errorPolicy struct {
 	policy kafka.ErrorPolicy
-	topic  string       // dead_letter
-	conn   kafka.Config // dead_letter: the connection
+	topic  string           // dead_letter
+	conn   kafka.Connection // dead_letter: the connection
 }
 
 // flushTimeout bounds the wait for dead letters at a barrier.
@@ -65,7 +65,7 @@ func (o *transformOp) Open(ctx *runtime.Context) error {
 	if err := ctx.Registerer.Register(o.deadLettered); err != nil {
 		return fmt.Errorf("register transform metrics: %w", err)
 	}
-	conn, err := o.policy.conn.ConnectionOptions()
+	conn, err := o.policy.conn.Options()
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func BenchmarkExport(b *testing.B) {
 			for b.Loop() {
 				topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
 				reg := prometheus.NewRegistry()
-				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: mode, Registerer: reg})
+				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: mode, Registerer: reg})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -178,7 +178,7 @@ func visibility(b *testing.B, brokers []string, mode Mode) []time.Duration {
 	}
 	defer tbl.Close()
 	topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
-	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: mode,
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: mode,
 		CheckpointInterval: *benchCkpt})
 	if err != nil {
 		b.Fatal(err)

@@ -23,9 +23,8 @@ type Config struct {
 	// one partition per bucket when absent; an existing topic must have
 	// exactly that many partitions. Partition = bucket.
 	Topic string
-	// Kafka holds the connection: Brokers, ClientID, TLS, SASL and
-	// ClientOptions; its other fields are not read.
-	Kafka kafka.Config
+	// Kafka is the connection to the cluster of the topic.
+	Kafka kafka.Connection
 	// Mode is Committed (default) or Uncommitted.
 	Mode Mode
 	// Format is UpsertJSON (default) or DebeziumJSON.

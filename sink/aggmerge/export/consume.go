@@ -14,9 +14,8 @@ import (
 
 // ReaderConfig configures Read and ReadTable.
 type ReaderConfig struct {
-	// Kafka holds the connection (Brokers, ClientID, TLS, SASL,
-	// ClientOptions); its other fields are not read.
-	Kafka kafka.Config
+	// Kafka is the connection to the cluster of the topic.
+	Kafka kafka.Connection
 	// Topic is the changelog topic.
 	Topic string
 	// Format is the topic's format (UpsertJSON).
@@ -55,7 +54,7 @@ func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
 	if err != nil {
 		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
 	}
-	conn, err := cfg.Kafka.ConnectionOptions()
+	conn, err := cfg.Kafka.Options()
 	if err != nil {
 		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
 	}

@@ -26,7 +26,7 @@ func TestReadBothFormatsAlike(t *testing.T) {
 	for _, f := range []Format{UpsertJSON, DebeziumJSON} {
 		topic := kafkatest.NewTopic(t, brokers, testBuckets)
 		topics = append(topics, topic)
-		_, stop := startExporter(t, Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Format: f, Mode: Uncommitted})
+		_, stop := startExporter(t, Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Format: f, Mode: Uncommitted})
 		defer func() {
 			if err := stop(); err != nil {
 				t.Error(err)
@@ -41,7 +41,7 @@ func TestReadBothFormatsAlike(t *testing.T) {
 	done := make(chan error, 2)
 	for i, f := range []Format{UpsertJSON, DebeziumJSON} {
 		go func() {
-			done <- Read(fctx, ReaderConfig{Kafka: kafka.Config{Brokers: brokers}, Topic: topics[i], Format: f, Follow: true},
+			done <- Read(fctx, ReaderConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topics[i], Format: f, Follow: true},
 				func(c Change) error {
 					mu.Lock()
 					defer mu.Unlock()

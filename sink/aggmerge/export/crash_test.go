@@ -72,7 +72,7 @@ func runChild(dir string, brokers []string, topic string, mode Mode) error {
 		return err
 	}
 	defer tbl.Close()
-	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: mode,
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: mode,
 		CheckpointInterval: 200 * time.Millisecond, MaxRecordsPerTxn: 500})
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func New(cfg Config) (*Exporter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if _, err := cfg.Kafka.ConnectionOptions(); err != nil {
+	if _, err := cfg.Kafka.Options(); err != nil {
 		return nil, fmt.Errorf("changelog exporter: %w", err)
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Name)
@@ -124,7 +124,7 @@ func (x *Exporter) Run(ctx context.Context) error {
 
 // session runs one producer: init (fencing zombies), resume, export rounds.
 func (x *Exporter) session(ctx context.Context) error {
-	conn, err := x.cfg.Kafka.ConnectionOptions()
+	conn, err := x.cfg.Kafka.Options()
 	if err != nil {
 		return err
 	}

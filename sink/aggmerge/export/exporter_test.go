@@ -155,7 +155,7 @@ func topicJSON(t testing.TB, brokers []string, topic string, f Format) map[strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rows, err := ReadTable(ctx, ReaderConfig{Kafka: kafka.Config{Brokers: brokers}, Topic: topic, Format: f})
+	rows, err := ReadTable(ctx, ReaderConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Format: f})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestExportEveryModeAndFormat(t *testing.T) {
 			t.Run(string(mode)+"/"+string(f), func(t *testing.T) {
 				tbl := openTable(t, t.TempDir())
 				topic := kafkatest.NewTopic(t, brokers, testBuckets)
-				cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: mode, Format: f,
+				cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: mode, Format: f,
 					MaxRecordsPerTxn: 50}
 				w := newMultiWriter(t, tbl, 1)
 				x, stop := startExporter(t, cfg)
@@ -277,7 +277,7 @@ func TestExportRefusesTopicWithOtherPartitionCount(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	tbl := openTable(t, t.TempDir())
 	topic := kafkatest.NewTopic(t, brokers, testBuckets+1)
-	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}})
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestExportRefusesRecreatedTable(t *testing.T) {
 	tbl := openTable(t, t.TempDir())
 	w := newMultiWriter(t, tbl, 2)
 	w.batch(20)
-	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: Uncommitted}
+	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: Uncommitted}
 	x, stop := startExporter(t, cfg)
 	waitExported(t, x, tbl)
 	if err := stop(); err != nil {
@@ -325,7 +325,7 @@ func TestExportNewcomerFencesNobody(t *testing.T) {
 	tbl := openTable(t, t.TempDir())
 	w := newMultiWriter(t, tbl, 5)
 	w.batch(20)
-	cfg := Config{Table: tbl, Name: "orders", Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: Uncommitted,
+	cfg := Config{Table: tbl, Name: "orders", Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: Uncommitted,
 		TransactionalID: "ebbflow-test-" + topic}
 	x, stop := startExporter(t, cfg)
 	waitExported(t, x, tbl)
@@ -360,7 +360,7 @@ func TestExportZombieFenced(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	tbl := openTable(t, t.TempDir())
 	topic := kafkatest.NewTopic(t, brokers, testBuckets)
-	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}, Mode: Uncommitted, MaxRecordsPerTxn: 5}
+	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: Uncommitted, MaxRecordsPerTxn: 5}
 	w := newMultiWriter(t, tbl, 4)
 	w.batch(20)
 	zcfg := cfg
@@ -410,7 +410,7 @@ func TestExportHoldsTheLog(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	tbl := openTable(t, t.TempDir())
 	topic := kafkatest.NewTopic(t, brokers, testBuckets)
-	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers},
+	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	w := newMultiWriter(t, tbl, 6)
 	writerHoldsAll := func() {

@@ -25,7 +25,7 @@ func TestKcatReadsUpsertJSON(t *testing.T) {
 	tbl := openTable(t, t.TempDir())
 	topic := kafkatest.NewTopic(t, brokers, testBuckets)
 	w := newMultiWriter(t, tbl, 3)
-	x, stop := startExporter(t, Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers}})
+	x, stop := startExporter(t, Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}})
 	for i := range 30 {
 		w.batch(10)
 		if i%4 == 3 {

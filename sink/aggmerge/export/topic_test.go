@@ -27,7 +27,7 @@ func TestExportCreatesTopicQuietly(t *testing.T) {
 	})
 	var logs syncbuf.Buffer
 	tbl := openTable(t, t.TempDir())
-	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers},
+	cfg := Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	w := newMultiWriter(t, tbl, 3)
 	w.batch(20)

@@ -100,7 +100,7 @@ func BenchmarkKafkaToTable(b *testing.B) {
 				}
 				j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: *benchPar,
 					Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
-				src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}},
+				src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}},
 					kafka.JSONWith(func(v *fastjson.Value) (purchase, error) {
 						return purchase{user: string(v.GetStringBytes("user")), amount: v.GetInt64("amount")}, nil
 					}))
@@ -174,7 +174,7 @@ func measureLatency(b *testing.B, rate, seconds int, noCombine bool) (p50, p99 f
 	}
 	defer tbl.Close()
 	j := runtime.NewJob(runtime.Options{Name: "latency", DataDir: b.TempDir(), Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
-	src, err := kafka.NewSource(kafka.Config{Brokers: brokers, Topics: []string{topic}, Start: kafka.StartLatest()},
+	src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}, Start: kafka.StartLatest()},
 		kafka.JSONWith(func(v *fastjson.Value) (purchase, error) {
 			return purchase{amount: v.GetInt64("ts"), user: string(v.GetStringBytes("user"))}, nil
 		}))

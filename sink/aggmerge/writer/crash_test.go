@@ -121,7 +121,7 @@ func crashChild(dir string) error {
 			opts.Restore = runtime.RestoreCheckpoint(barrierID(n))
 		}
 		j := runtime.NewJob(opts)
-		src, err := kafka.NewSource(kafka.Config{Brokers: strings.Split(env("BROKERS"), ","), Topics: []string{env("TOPIC")}},
+		src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: strings.Split(env("BROKERS"), ",")}, Topics: []string{env("TOPIC")}},
 			kafka.JSON[operators.Event]())
 		if err != nil {
 			return err

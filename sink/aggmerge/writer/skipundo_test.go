@@ -72,7 +72,7 @@ type childExport struct {
 }
 
 func startExport(tbl *aggmerge.Table, brokers []string, topic string) (*childExport, error) {
-	x, err := export.New(export.Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Config{Brokers: brokers},
+	x, err := export.New(export.Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
 		Mode: export.Committed, CheckpointInterval: 200 * time.Millisecond, MaxRecordsPerTxn: 500, Logger: childLogger()})
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func runSkipUndo(t *testing.T, mode string, wantUndo bool, extra ...string) (h *
 	defer cancel()
 	seen := map[int64]idemRow{}
 	records := 0
-	err := export.Read(ctx, export.ReaderConfig{Kafka: kafka.Config{Brokers: brokers}, Topic: changelog}, func(c export.Change) error {
+	err := export.Read(ctx, export.ReaderConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: changelog}, func(c export.Change) error {
 		if c.Kind != runtime.RowInsert && c.Kind != runtime.RowUpdateAfter {
 			return nil
 		}
