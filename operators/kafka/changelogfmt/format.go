@@ -35,12 +35,12 @@ type Format interface {
 	Decoder() kafka.Format[kafka.Change]
 }
 
-// Formats are the known formats, in the order they are documented.
-var Formats = []Format{UpsertJSON, DebeziumJSON}
+// formats are the known formats, in the order they are documented.
+var formats = []Format{UpsertJSON, DebeziumJSON}
 
 // Lookup returns the format called name.
 func Lookup(name string) (Format, error) {
-	for _, f := range Formats {
+	for _, f := range formats {
 		if f.Name() == name {
 			return f, nil
 		}

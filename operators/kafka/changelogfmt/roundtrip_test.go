@@ -30,7 +30,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, e := range entries {
 		want = append(want, show(e.Op, string(e.Key), orEmpty(e.Before), orEmpty(e.After)))
 	}
-	for _, f := range Formats {
+	for _, f := range formats {
 		t.Run(f.Name(), func(t *testing.T) {
 			dec := f.Decoder()()
 			var n kafka.Normalizer
@@ -69,7 +69,7 @@ func rowOrEmpty(r kafka.Row) string {
 
 // TestLookup finds every format by its name and refuses another.
 func TestLookup(t *testing.T) {
-	for _, f := range Formats {
+	for _, f := range formats {
 		if g, err := Lookup(f.Name()); err != nil || g != f {
 			t.Errorf("Lookup(%q) = %v, %v", f.Name(), g, err)
 		}
