@@ -37,6 +37,8 @@ func (a *attempt) buildTasks(ctx context.Context) ([]*task, error) {
 			t := &task{att: a, chain: c, subtask: sub, mailbox: newMailbox(),
 				timers: &timerSet{at: make([]time.Time, len(c.nodes))}}
 			t.log = a.log.With("task", t.name())
+			t.stat = a.job.board.stat(c, sub)
+			t.stat.setState(TaskCreated)
 			tail := c.nodes[len(c.nodes)-1]
 			var out any
 			if len(c.outputs) > 0 {
@@ -49,7 +51,7 @@ func (a *attempt) buildTasks(ctx context.Context) ([]*task, error) {
 						targets[d] = target{gate: gates[down][d], input: off + sub}
 					}
 					x := e.newWriter(&exchangeSpec{ctx: ctx, subtask: sub, targets: targets,
-						batchSize: opts.BatchSize, records: a.job.metrics.recordsOut(tail.uid)}, e.kind)
+						batchSize: opts.BatchSize, records: t.stat.countOut(a.job.metrics.recordsOut(tail.uid))}, e.kind)
 					t.outs = append(t.outs, x)
 					outs[k] = x
 				}

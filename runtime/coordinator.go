@@ -141,6 +141,7 @@ func (c *coordinator) run(ctx context.Context) {
 			c.step(coordEvent{kind: coordSourceFinished})
 		case <-c.att.job.stopReq:
 			c.att.stopping.Store(true)
+			c.att.job.board.setState(StateStopping, nil, nil)
 			c.step(coordEvent{kind: coordStop})
 		case <-timer.C:
 			c.step(coordEvent{kind: coordTick})
@@ -174,6 +175,7 @@ func (c *coordinator) perform(a coordAction) {
 		for _, s := range c.sources {
 			s.mailbox.postTrigger(a.barrier)
 		}
+		c.att.job.board.triggered(a.barrier)
 	case actPersist:
 		c.step(coordEvent{kind: coordPersisted, id: a.md.ID, err: c.storage.Complete(a.md)})
 	case actComplete:
@@ -194,6 +196,7 @@ func (c *coordinator) perform(a coordAction) {
 		}
 		log.Log(context.Background(), level, "checkpoint completed", "checkpoint", id, "duration", d, "bytes", a.size, "final", a.barrier.Final)
 		c.att.checkpointCompleted(id)
+		c.att.job.board.completed(a.barrier, d, a.size)
 		for _, t := range c.tasks {
 			t.mailbox.postComplete(id)
 		}
@@ -204,6 +207,7 @@ func (c *coordinator) perform(a coordAction) {
 		m.inProgress.Set(0)
 		m.checkpoints.WithLabelValues("failed").Inc()
 		log.Warn("checkpoint aborted", "checkpoint", id, "cause", a.err)
+		c.att.job.board.aborted(a.barrier, a.err)
 		for _, t := range c.tasks {
 			t.mailbox.postAbort(id)
 		}

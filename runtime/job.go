@@ -38,6 +38,9 @@ type Options struct {
 	Logger       *slog.Logger
 	// Registerer receives the job's metrics (none registered if nil).
 	Registerer prometheus.Registerer
+	// Listener, if set, receives the job's state changes and checkpoint
+	// events; it must return quickly (see Listener).
+	Listener Listener
 }
 
 // CheckpointOptions configures the checkpoint coordinator.
@@ -153,13 +156,15 @@ type Job struct {
 	built bool
 
 	metrics *metrics
+	board   *statusBoard
 	stopReq chan struct{}
 }
 
 // NewJob starts building a job.
 func NewJob(opts Options) *Job {
 	opts.setDefaults()
-	return &Job{opts: opts, uids: map[string]struct{}{}, stopReq: make(chan struct{}, 1)}
+	return &Job{opts: opts, uids: map[string]struct{}{}, board: newStatusBoard(opts.Name, opts.Listener),
+		stopReq: make(chan struct{}, 1)}
 }
 
 // Options returns the job's options with defaults applied.

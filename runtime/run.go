@@ -36,11 +36,27 @@ func Permanent(err error) error {
 // cancelled, restarting in-process from the latest completed checkpoint after
 // a failure. It returns only when every goroutine it started has ended.
 // Cancelling ctx returns ctx's error; the state stays at the last checkpoint.
+//
+// Status follows the run and Options.Listener hears of it: the job ends
+// finished (nil), canceled (ctx's error) or failed (any other error).
 func (j *Job) Run(ctx context.Context) error {
 	if j.built {
 		return errors.New("runtime: job already ran")
 	}
 	j.built = true
+	err := j.run(ctx)
+	switch {
+	case err == nil:
+		j.board.setState(StateFinished, nil, nil)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		j.board.setState(StateCanceled, nil, nil)
+	default:
+		j.board.setState(StateFailed, err, func(st *JobStatus) { st.LastFailure = &Failure{Err: err, Time: time.Now()} })
+	}
+	return err
+}
+
+func (j *Job) run(ctx context.Context) error {
 	if err := j.opts.validate(); err != nil {
 		return fmt.Errorf("job %q: %w", j.opts.Name, err)
 	}
@@ -56,6 +72,7 @@ func (j *Job) Run(ctx context.Context) error {
 		uids[i] = n.uid
 	}
 	j.metrics = newMetrics(j.opts.Registerer, j.opts.Name, uids)
+	j.board.setTasks(p)
 	log := j.opts.Logger.With("job", j.opts.Name)
 
 	dataDir := j.opts.DataDir
@@ -81,9 +98,12 @@ func (j *Job) Run(ctx context.Context) error {
 	failures := 0
 	for attemptNo := 0; ; attemptNo++ {
 		att := &attempt{job: j, plan: p, storage: storage, jobDir: jobDir, number: attemptNo, log: log.With("attempt", attemptNo)}
+		var restored *CheckpointInfo
 		if ok {
 			att.restored = &md
+			restored = &CheckpointInfo{ID: md.ID, Final: md.Final, Triggered: md.Time}
 		}
+		j.board.setState(StateInitializing, nil, func(st *JobStatus) { st.Attempt, st.Restored = attemptNo, restored })
 		err := att.run(ctx)
 		if err == nil {
 			return nil
@@ -107,6 +127,10 @@ func (j *Job) Run(ctx context.Context) error {
 			return fmt.Errorf("job %q failed after %d restarts: %w", j.opts.Name, failures-1, err)
 		}
 		log.Warn("job failed; restarting from the latest checkpoint", "err", err, "backoff", backoff, "restart", failures)
+		j.board.setState(StateRestarting, err, func(st *JobStatus) {
+			st.Restarts++
+			st.LastFailure = &Failure{Err: err, Time: time.Now()}
+		})
 		j.metrics.restarts.Inc()
 		select {
 		case <-time.After(backoff):
@@ -264,6 +288,7 @@ func (a *attempt) run(parent context.Context) error {
 			t.waitComplete = &id
 		}
 	}
+	a.job.board.setState(StateRunning, nil, nil)
 	a.coord.start()
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	var coordDone sync.WaitGroup
@@ -278,8 +303,16 @@ func (a *attempt) run(parent context.Context) error {
 		tasksDone.Add(1)
 		go func() {
 			defer tasksDone.Done()
-			if err := t.run(ctx); err != nil && ctx.Err() == nil {
+			t.stat.setState(TaskRunning)
+			err := t.run(ctx)
+			switch {
+			case ctx.Err() != nil:
+				t.stat.setState(TaskCanceled)
+			case err != nil:
+				t.stat.setState(TaskFailed)
 				a.fail(fmt.Errorf("task %s: %w", t.name(), err))
+			default:
+				t.stat.setState(TaskFinished)
 			}
 		}()
 	}

@@ -30,6 +30,7 @@ type task struct {
 	timers  *timerSet
 	mailbox *mailbox
 	outs    []exchange
+	stat    *taskStat // progress for Job.Status
 
 	// source chains
 	src reader
@@ -87,6 +88,7 @@ func (t *task) runSource(ctx context.Context) error {
 		n, err := t.src.read()
 		if n > 0 {
 			t.att.job.metrics.recordsIn(t.chain.nodes[0].uid, n)
+			t.stat.in.Add(int64(n))
 		}
 		if errors.Is(err, io.EOF) {
 			finished = true
@@ -127,6 +129,7 @@ func (t *task) runInput(ctx context.Context) error {
 		case evRecords:
 			n, err := t.chain.nodes[0].deliver(t.input, env.records)
 			t.att.job.metrics.recordsIn(t.chain.nodes[0].uid, n)
+			t.stat.in.Add(int64(n))
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,222 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/operators"
+	"github.com/ebbflow/ebbflow/runtime"
+)
+
+// eventLog is a Listener recording events as short strings, and checking
+// that Status already reflects each event when the listener hears of it.
+type eventLog struct {
+	t   *testing.T
+	job **runtime.Job
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *eventLog) listen(ev runtime.Event) {
+	st := (*l.job).Status()
+	var s string
+	switch ev.Kind {
+	case runtime.EventState:
+		s = fmt.Sprintf("a%d %s", ev.Attempt, ev.State)
+		if st.State != ev.State {
+			l.t.Errorf("event %s: status says %s", s, st.State)
+		}
+	default:
+		s = fmt.Sprintf("a%d %s %d", ev.Attempt, ev.Kind, ev.Checkpoint.ID)
+		if ev.Checkpoint.Final {
+			s += " final"
+		}
+		if ev.Kind == runtime.EventCheckpointCompleted && (st.LastCompleted == nil || st.LastCompleted.ID != ev.Checkpoint.ID) {
+			l.t.Errorf("event %s: status's last completed is %+v", s, st.LastCompleted)
+		}
+		if ev.Kind == runtime.EventCheckpointTriggered && (st.InFlight == nil || st.InFlight.ID != ev.Checkpoint.ID) {
+			l.t.Errorf("event %s: status's in flight is %+v", s, st.InFlight)
+		}
+	}
+	l.mu.Lock()
+	l.got = append(l.got, s)
+	l.mu.Unlock()
+}
+
+func (l *eventLog) events() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.got...)
+}
+
+func checkEvents(t *testing.T, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestStatusBoundedJobFinishes: a bounded job ends finished with its final
+// checkpoint as the last completed one, every subtask finished and the
+// source's records counted; the listener hears the initial and the final
+// checkpoint between the states.
+func TestStatusBoundedJobFinishes(t *testing.T) {
+	var j *runtime.Job
+	l := &eventLog{t: t, job: &j}
+	j = runtime.NewJob(runtime.Options{Name: "bounded", Parallelism: 2, Listener: l.listen})
+	if st := j.Status(); st.State != runtime.StateCreated || len(st.Tasks) != 0 {
+		t.Fatalf("before Run: %+v", st)
+	}
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 1000}))
+	keyed := runtime.Rebalance(src, "spread")
+	runtime.SinkTo(keyed, "discard", operators.NewDiscard[operators.Event](nil))
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := j.Status()
+	if st.State != runtime.StateFinished || st.Attempt != 0 || st.Restarts != 0 || st.LastFailure != nil || st.Restored != nil {
+		t.Fatalf("after Run: %+v", st)
+	}
+	if st.InFlight != nil || st.LastCompleted == nil || st.LastCompleted.ID != 1 || !st.LastCompleted.Final || st.Completed != 2 {
+		t.Fatalf("checkpoints: in flight %+v, last %+v, completed %d; want final checkpoint 1, 2 completed", st.InFlight, st.LastCompleted, st.Completed)
+	}
+	if lc := st.LastCompleted; lc.Completed.Before(lc.Triggered) || lc.Duration != lc.Completed.Sub(lc.Triggered) {
+		t.Fatalf("last completed times: %+v", lc)
+	}
+	if len(st.Tasks) != 4 {
+		t.Fatalf("%d tasks, want 4: %+v", len(st.Tasks), st.Tasks)
+	}
+	var read, out, in int64
+	for _, ts := range st.Tasks {
+		if ts.State != runtime.TaskFinished || ts.Parallelism != 2 {
+			t.Fatalf("task %+v, want finished of 2", ts)
+		}
+		if ts.Source {
+			read += ts.RecordsIn
+			out += ts.RecordsOut
+		} else {
+			in += ts.RecordsIn
+		}
+	}
+	if read != 1000 || out != 1000 || in != 1000 {
+		t.Fatalf("records: read %d, sent %d, received %d; want 1000 each", read, out, in)
+	}
+	checkEvents(t, l.events(), []string{
+		"a0 initializing",
+		"a0 running",
+		"a0 triggered 0",
+		"a0 completed 0",
+		"a0 triggered 1 final",
+		"a0 completed 1 final",
+		"a0 finished",
+	})
+}
+
+// TestStatusFailingJobRestarts: a job whose operator fails every batch
+// restarts from its initial checkpoint until its restarts are used up, and
+// ends failed with the error; the listener hears each attempt.
+func TestStatusFailingJobRestarts(t *testing.T) {
+	var j *runtime.Job
+	l := &eventLog{t: t, job: &j}
+	j = runtime.NewJob(runtime.Options{Name: "failing", Listener: l.listen,
+		Restart: runtime.RestartOptions{MaxAttempts: 2, InitialBackoff: time.Millisecond}})
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{}))
+	bad := runtime.Apply(src, "bad", func() runtime.Operator[operators.Event, operators.Event] {
+		return failingOp{errors.New("boom")}
+	})
+	runtime.SinkTo(bad, "discard", operators.NewDiscard[operators.Event](nil))
+	start := time.Now()
+	err := j.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "failed after 2 restarts") {
+		t.Fatalf("run: %v, want the failure after 2 restarts", err)
+	}
+	st := j.Status()
+	if st.State != runtime.StateFailed || st.Attempt != 2 || st.Restarts != 2 {
+		t.Fatalf("after Run: state %s attempt %d restarts %d, want failed 2 2", st.State, st.Attempt, st.Restarts)
+	}
+	if f := st.LastFailure; f == nil || f.Err.Error() != err.Error() || f.Time.Before(start) {
+		t.Fatalf("last failure %+v, want %v", f, err)
+	}
+	if st.Restored == nil || st.Restored.ID != 0 || st.LastCompleted == nil || st.LastCompleted.ID != 0 || st.Completed != 1 {
+		t.Fatalf("restored %+v, last completed %+v (%d), want checkpoint 0 both", st.Restored, st.LastCompleted, st.Completed)
+	}
+	var failed int
+	for _, ts := range st.Tasks {
+		if ts.State == runtime.TaskFailed {
+			failed++
+			if ts.Chain != "bad -> discard" && !strings.Contains(ts.Chain, "bad") {
+				t.Fatalf("failed task %+v, want the chain of bad", ts)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d failed tasks, want 1: %+v", failed, st.Tasks)
+	}
+	checkEvents(t, l.events(), []string{
+		"a0 initializing",
+		"a0 running",
+		"a0 triggered 0",
+		"a0 completed 0",
+		"a0 restarting",
+		"a1 initializing",
+		"a1 running",
+		"a1 restarting",
+		"a2 initializing",
+		"a2 running",
+		"a2 failed",
+	})
+}
+
+// TestStatusDuringRun reads Status of a running unbounded job from another
+// goroutine: it is running and its source's records grow; Stop makes it
+// stopping, then finished with a final checkpoint.
+func TestStatusDuringRun(t *testing.T) {
+	var j *runtime.Job
+	l := &eventLog{t: t, job: &j}
+	j = runtime.NewJob(runtime.Options{Name: "during", Listener: l.listen,
+		Checkpoint: runtime.CheckpointOptions{Interval: time.Millisecond}})
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{}))
+	runtime.SinkTo(src, "discard", operators.NewDiscard[operators.Event](nil))
+	done := make(chan error, 1)
+	go func() { done <- j.Run(context.Background()) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := j.Status()
+		if st.State == runtime.StateRunning && st.Completed >= 2 && len(st.Tasks) == 1 && st.Tasks[0].RecordsIn > 0 {
+			if st.Tasks[0].State != runtime.TaskRunning {
+				t.Fatalf("task %+v, want running", st.Tasks[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not running with progress: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	j.Stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := j.Status()
+	if st.State != runtime.StateFinished || st.LastCompleted == nil || !st.LastCompleted.Final {
+		t.Fatalf("after Stop: %+v", st)
+	}
+	ev := l.events()
+	var stopping bool
+	for i, e := range ev {
+		if e == "a0 stopping" {
+			stopping = true
+			if rest := ev[i+1:]; len(rest) < 1 || rest[len(rest)-1] != "a0 finished" {
+				t.Fatalf("events after stopping: %v", rest)
+			}
+		}
+	}
+	if !stopping {
+		t.Fatalf("no stopping event: %v", ev)
+	}
+}
