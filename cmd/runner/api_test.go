@@ -59,6 +59,25 @@ func TestAPI(t *testing.T) {
 		jobs[0].LastCheckpoint == nil {
 		t.Fatalf("jobs %s (%v)", body, err)
 	}
+	// The runtime's status: running, checkpoints of this run, the datagen
+	// subtask's records read.
+	js := jobs[0]
+	if js.State != "running" || js.Checkpoints < 1 || js.LastCompleted == nil || js.LastCompleted.ID != *js.LastCheckpoint ||
+		js.LastCompleted.DurationMS == nil || js.LastCompleted.Completed.Before(js.LastCompleted.Triggered) {
+		t.Fatalf("job status %s", body)
+	}
+	var read int64
+	for _, ts := range js.Tasks {
+		if len(ts.Operators) > 0 && ts.Operators[0] == "datagen" {
+			read += ts.RecordsIn
+			if ts.State != "running" {
+				t.Fatalf("datagen subtask %+v, want running", ts)
+			}
+		}
+	}
+	if read == 0 {
+		t.Fatalf("no records read by datagen in %s", body)
+	}
 	var cps []checkpointInfo
 	_, body = httpGet(t, base+"/api/v1/jobs/visitors/checkpoints")
 	if err := json.Unmarshal([]byte(body), &cps); err != nil || len(cps) == 0 || !cps[0].Completed {

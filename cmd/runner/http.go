@@ -331,13 +331,51 @@ type jobStatus struct {
 	Parallelism    int     `json:"parallelism"`
 	Error          string  `json:"error,omitempty"`
 	LastCheckpoint *uint64 `json:"last_checkpoint,omitempty"`
+	// From the runtime's status (runtime.JobStatus).
+	State              string            `json:"state"`
+	Attempt            int               `json:"attempt"`
+	Restarts           int               `json:"restarts"`
+	LastFailure        *failureInfo      `json:"last_failure,omitempty"`
+	RestoredCheckpoint *uint64           `json:"restored_checkpoint,omitempty"`
+	LastCompleted      *checkpointStatus `json:"last_completed_checkpoint,omitempty"`
+	InFlight           *checkpointStatus `json:"checkpoint_in_flight,omitempty"`
+	Checkpoints        int               `json:"checkpoints_completed"`
+	Tasks              []taskInfo        `json:"tasks,omitempty"`
+}
+
+type failureInfo struct {
+	Error string    `json:"error"`
+	Time  time.Time `json:"time"`
+}
+
+// checkpointStatus is the last completed checkpoint (all fields) or the one
+// in flight (id, final, triggered).
+type checkpointStatus struct {
+	ID         uint64    `json:"id"`
+	Final      bool      `json:"final,omitempty"`
+	Triggered  time.Time `json:"triggered"`
+	Completed  time.Time `json:"completed,omitzero"`
+	DurationMS *float64  `json:"duration_ms,omitempty"`
+	SizeBytes  *int64    `json:"size_bytes,omitempty"`
+}
+
+// taskInfo is the progress of one subtask.
+type taskInfo struct {
+	Chain      string   `json:"chain"`
+	Operators  []string `json:"operators"`
+	Subtask    int      `json:"subtask"`
+	State      string   `json:"state"`
+	RecordsIn  int64    `json:"records_in"`
+	RecordsOut int64    `json:"records_out"`
 }
 
 // status describes a job. Its phase is restoring (or starting, without a
 // checkpoint to restore) until it completed a checkpoint in this run, then
 // running, then stopped or failed.
 func (r *runner) status(j *build.Job) jobStatus {
-	st := jobStatus{Name: j.Name(), Parallelism: j.Pipeline().Spec.Job.Parallelism}
+	rs := j.Status()
+	st := jobStatus{Name: j.Name(), Parallelism: j.Pipeline().Spec.Job.Parallelism, State: string(rs.State),
+		Attempt: rs.Attempt, Restarts: rs.Restarts, Checkpoints: rs.Completed}
 	st.Healthy, st.Health = j.Healthy()
 	r.mu.Lock()
 	err, ended := r.mu.done[j.Name()]
@@ -347,21 +385,32 @@ func (r *runner) status(j *build.Job) jobStatus {
 		st.Phase, st.Error = "failed", err.Error()
 	case ended:
 		st.Phase = "stopped"
-	case j.Ready():
+	case rs.Completed > 0:
 		st.Phase = "running"
 	case j.Restoring():
 		st.Phase = "restoring"
 	default:
 		st.Phase = "starting"
 	}
-	if cps, err := build.ListCheckpoints(r.dataDir, j.Name()); err == nil {
-		for i := len(cps) - 1; i >= 0; i-- {
-			if cps[i].Completed {
-				id := uint64(cps[i].ID)
-				st.LastCheckpoint = &id
-				break
-			}
-		}
+	if f := rs.LastFailure; f != nil {
+		st.LastFailure = &failureInfo{Error: f.Err.Error(), Time: f.Time}
+	}
+	if c := rs.Restored; c != nil {
+		id := uint64(c.ID)
+		st.RestoredCheckpoint, st.LastCheckpoint = &id, &id
+	}
+	if c := rs.LastCompleted; c != nil {
+		id, ms, size := uint64(c.ID), float64(c.Duration)/float64(time.Millisecond), c.Size
+		st.LastCheckpoint = &id
+		st.LastCompleted = &checkpointStatus{ID: id, Final: c.Final, Triggered: c.Triggered, Completed: c.Completed,
+			DurationMS: &ms, SizeBytes: &size}
+	}
+	if c := rs.InFlight; c != nil {
+		st.InFlight = &checkpointStatus{ID: uint64(c.ID), Final: c.Final, Triggered: c.Triggered}
+	}
+	for _, t := range rs.Tasks {
+		st.Tasks = append(st.Tasks, taskInfo{Chain: t.Chain, Operators: t.Operators, Subtask: t.Subtask, State: string(t.State),
+			RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
 	}
 	return st
 }

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"slices"
 	"strings"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 // summaries logs a line per job every --summary: table rows, completed
-// checkpoints, the records/s its sources read and, while it runs, the
-// embedded broker's address (to produce into it). It returns the function
-// that stops it and waits.
+// checkpoints, the records/s its sources read (from the job's Status) and,
+// while it runs, the embedded broker's address (to produce into it). It
+// returns the function that stops it and waits.
 func (r *runner) summaries() func() {
 	every := r.flags.summary
 	if every <= 0 {
@@ -29,32 +26,24 @@ func (r *runner) summaries() func() {
 			case <-stop:
 				return
 			case now := <-t.C:
-				mfs, err := r.reg.Gather()
-				if err != nil {
-					r.log.Warn("gather metrics", "err", err)
-					continue
-				}
 				secs := now.Sub(lastAt).Seconds()
 				lastAt = now
 				for _, j := range r.jobs {
-					p := j.Pipeline()
-					var sources []string
-					for _, s := range p.Spec.Sources {
-						sources = append(sources, s.Name)
+					st := j.Status()
+					var read float64
+					for _, t := range st.Tasks {
+						if t.Source {
+							read += float64(t.RecordsIn)
+						}
 					}
-					read := sum(mfs, "ebbflow_operator_records_in_total", func(l map[string]string) bool {
-						return l["job"] == j.Name() && slices.Contains(sources, l["operator"])
-					})
-					cps := sum(mfs, "ebbflow_checkpoints_total", func(l map[string]string) bool {
-						return l["job"] == j.Name() && l["status"] == "completed"
-					})
+					p := j.Pipeline()
 					var rows uint64
 					for _, t := range p.Tables {
 						if tab, ok := r.env.Table(t.Spec.Name); ok {
 							rows += tab.Count()
 						}
 					}
-					attrs := []any{"job", j.Name(), "phase", r.status(j).Phase, "rows", rows, "checkpoints", int64(cps),
+					attrs := []any{"job", j.Name(), "phase", r.status(j).Phase, "rows", rows, "checkpoints", st.Completed,
 						"records", int64(read), "records_per_s", int64((read - last[j.Name()]) / secs)}
 					if b := r.env.EmbeddedBrokers(); len(b) > 0 {
 						attrs = append(attrs, "embedded_kafka", strings.Join(b, ","))
@@ -69,24 +58,4 @@ func (r *runner) summaries() func() {
 		close(stop)
 		<-done
 	}
-}
-
-// sum adds the values of a counter's series whose labels match.
-func sum(mfs []*dto.MetricFamily, name string, match func(map[string]string) bool) float64 {
-	var total float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if match(labels) && m.GetCounter() != nil {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }

@@ -9,11 +9,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -29,14 +27,11 @@ type Row = pipelines.Row
 type Job struct {
 	p         *pipelines.Pipeline
 	rt        *runtime.Job
-	dataDir   string
 	sources   []healthChecker // the Kafka sources
 	producers []*producer
-	// startID is the newest checkpoint on disk when the job was built: the
-	// job is ready once a newer one completed (restore and undo are done).
-	startID  barrier.CheckpointID
+	// startAny: the data directory held checkpoints of the job when it
+	// was built (it restores them).
 	startAny bool
-	ready    atomic.Bool
 }
 
 // healthChecker is a Kafka source of any record type.
@@ -49,9 +44,9 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	opts.Logger = e.log
 	opts.Registerer = e.opts.Registerer
 	opts.Restore = restore
-	j := &Job{p: p, rt: runtime.NewJob(opts), dataDir: e.opts.DataDir}
+	j := &Job{p: p, rt: runtime.NewJob(opts)}
 	if cps, err := ListCheckpoints(e.opts.DataDir, p.Spec.Job.Name); err == nil && len(cps) > 0 {
-		j.startID, j.startAny = cps[len(cps)-1].ID, true
+		j.startAny = true
 	}
 	var streams []runtime.Stream[Row]
 	for i := range p.Spec.Sources {
@@ -306,24 +301,12 @@ func (j *Job) Healthy() (bool, string) {
 	return true, "ok"
 }
 
-// Ready reports whether the job has completed a checkpoint since it was
-// built: restore and undo are then behind it and its sources read.
-func (j *Job) Ready() bool {
-	if j.ready.Load() {
-		return true
-	}
-	cps, err := ListCheckpoints(j.dataDir, j.Name())
-	if err != nil {
-		return false
-	}
-	for _, cp := range cps {
-		if cp.Completed && (!j.startAny || cp.ID > j.startID) {
-			j.ready.Store(true)
-			return true
-		}
-	}
-	return false
-}
+// Status returns the runtime job's status (see runtime.Job.Status).
+func (j *Job) Status() runtime.JobStatus { return j.rt.Status() }
+
+// Ready reports whether the job has completed a checkpoint since it began
+// to run: restore and undo are then behind it and its sources read.
+func (j *Job) Ready() bool { return j.rt.Status().Completed > 0 }
 
 // Restoring reports whether the job started from a data directory holding
 // checkpoints (and so restores and undoes before it reads).
