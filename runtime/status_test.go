@@ -31,6 +31,9 @@ func (l *eventLog) listen(ev runtime.Event) {
 		if st.State != ev.State {
 			l.t.Errorf("event %s: status says %s", s, st.State)
 		}
+		if failing := ev.State == runtime.StateRestarting || ev.State == runtime.StateFailed; failing != (ev.Err != nil) {
+			l.t.Errorf("event %s: err %v", s, ev.Err)
+		}
 	default:
 		s = fmt.Sprintf("a%d %s %d", ev.Attempt, ev.Kind, ev.Checkpoint.ID)
 		if ev.Checkpoint.Final {
@@ -149,8 +152,8 @@ func TestStatusFailingJobRestarts(t *testing.T) {
 	for _, ts := range st.Tasks {
 		if ts.State == runtime.TaskFailed {
 			failed++
-			if ts.Chain != "bad -> discard" && !strings.Contains(ts.Chain, "bad") {
-				t.Fatalf("failed task %+v, want the chain of bad", ts)
+			if ts.Chain != "seq -> bad -> discard" || strings.Join(ts.Operators, ",") != "seq,bad,discard" || !ts.Source || ts.RecordsIn == 0 {
+				t.Fatalf("failed task %+v, want the chain seq -> bad -> discard, which read records", ts)
 			}
 		}
 	}
