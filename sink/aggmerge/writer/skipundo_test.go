@@ -254,7 +254,15 @@ func runSkipUndo(t *testing.T, mode string, wantUndo bool, extra ...string) (h *
 		t.Fatalf("seed %d: %d rows, want %d", h.seed, len(rows), keys)
 	}
 	for k, r := range rows {
-		if want := expectedIdem(k, mode == modeIdemLast); !r.equal(want) {
+		want := expectedIdem(k, mode == modeIdemLast)
+		if mode == modeIdemLast && !wantUndo {
+			// last_value without undo (the bite test) need not end right:
+			// the final run stops once the bitmap has every id, which the
+			// killed runs' writes may complete while its replay, setting
+			// last back, is still behind. The other columns must be exact.
+			want.last = r.last
+		}
+		if !r.equal(want) {
 			t.Fatalf("seed %d: key %d: table row %v, want %v", h.seed, k, r, want)
 		}
 	}
