@@ -13,19 +13,17 @@ import (
 // only a key first seen in a flush allocates (its map entry), and a sketch
 // seen twice for a key (its decoded form).
 type combiner struct {
-	t      *aggmerge.Table
-	funcs  []*agg.Func
-	types  []agg.Type
-	index  map[string]int
-	keys   []byte            // encoded keys, back to back
-	ends   []int             // end of each slot's key in keys
-	accs   []agg.Accumulator // len(funcs) per slot
-	keyBuf []byte
-	out    []agg.Value // one slot's values, at drain
+	funcs []*agg.Func
+	types []agg.Type
+	index map[string]int
+	keys  []byte            // encoded keys, back to back
+	ends  []int             // end of each slot's key in keys
+	accs  []agg.Accumulator // len(funcs) per slot
+	out   []agg.Value       // one slot's values, at drain
 }
 
 func newCombiner(t *aggmerge.Table, cols []int) *combiner {
-	c := &combiner{t: t, index: map[string]int{}}
+	c := &combiner{index: map[string]int{}}
 	for _, i := range cols {
 		c.funcs = append(c.funcs, t.Func(i))
 		c.types = append(c.types, t.Schema().Values[i].Type)
@@ -36,20 +34,17 @@ func newCombiner(t *aggmerge.Table, cols []int) *combiner {
 // len returns the number of keys waiting.
 func (c *combiner) len() int { return len(c.index) }
 
-// add folds one row's values into its key's partials.
-func (c *combiner) add(key, vals []agg.Value) error {
-	var err error
-	if c.keyBuf, err = c.t.AppendKey(c.keyBuf[:0], key); err != nil {
-		return err
-	}
+// add folds one row's values into the partials of its key, encoded by the
+// table's AppendKey.
+func (c *combiner) add(key []byte, vals []agg.Value) error {
 	if len(vals) != len(c.funcs) {
 		return errValues(len(vals), len(c.funcs))
 	}
-	slot, ok := c.index[string(c.keyBuf)]
+	slot, ok := c.index[string(key)]
 	if !ok {
 		slot = len(c.index)
-		c.index[string(c.keyBuf)] = slot
-		c.keys = append(c.keys, c.keyBuf...)
+		c.index[string(key)] = slot
+		c.keys = append(c.keys, key...)
 		c.ends = append(c.ends, len(c.keys))
 		for _, f := range c.funcs {
 			c.accs = append(c.accs, f.NewAccumulator())

@@ -67,6 +67,7 @@ func TestCombinerEqualsPlainWrites(t *testing.T) {
 		b.Reset()
 	}
 	wantIDs, wantN := map[int64][]uint32{}, map[int64]int64{}
+	var keyBuf []byte
 	nextDrain := 1 + r.IntN(500)
 	for i := range 6000 {
 		k := int64(r.IntN(1 + r.IntN(50))) // skewed: low keys repeat most
@@ -87,7 +88,10 @@ func TestCombinerEqualsPlainWrites(t *testing.T) {
 		wantIDs[k] = append(wantIDs[k], ids...)
 		wantN[k] += n
 		key := []agg.Value{agg.IntValue(k)}
-		if err := c.add(key, vals); err != nil {
+		if keyBuf, err = combined.AppendKey(keyBuf[:0], key); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.add(keyBuf, vals); err != nil {
 			t.Fatal(err)
 		}
 		if err := pb.Upsert(aggmerge.Aggregate, key, vals); err != nil {
@@ -146,8 +150,8 @@ func TestCombinerEqualsPlainWrites(t *testing.T) {
 	}
 }
 
-// BenchmarkCombiner: the combiner alone (add, and a drain into a batch every
-// 100k records), for plain columns over 100k uniform keys and for the
+// BenchmarkCombiner: the combiner alone (the key's encoding, add, and a drain
+// into a batch every 100k records), for plain columns over 100k uniform keys and for the
 // visitors example's sketches over 5 keys. ns/op is per record.
 func BenchmarkCombiner(b *testing.B) {
 	i64, bytes := agg.Type{Kind: agg.KindInt64}, agg.Type{Kind: agg.KindBytes}
@@ -188,10 +192,14 @@ func BenchmarkCombiner(b *testing.B) {
 			for i := range n {
 				keys[i], vals[i] = []agg.Value{agg.IntValue(int64(r.IntN(bc.keys)))}, bc.vals(r)
 			}
+			var keyBuf []byte
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				if err := c.add(keys[i%n], vals[i%n]); err != nil {
+				if keyBuf, err = tb.AppendKey(keyBuf[:0], keys[i%n]); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.add(keyBuf, vals[i%n]); err != nil {
 					b.Fatal(err)
 				}
 				if i%100_000 == 99_999 || i == b.N-1 {

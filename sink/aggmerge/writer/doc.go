@@ -7,6 +7,10 @@
 //     the buckets b with b mod p = i (Owner). The same function decides the
 //     shuffle, the baselines a subtask records and restores, and undo, so a
 //     bucket always has exactly one writer of this sink, also after a rescale.
+//     The Mapper runs once per record, before the shuffle, and its bucket,
+//     encoded key and values travel together (in chunked arenas, not one
+//     allocation per record): a record is written under the key it was
+//     routed by. A subtask refuses a record of a bucket it does not own.
 //   - Identity and fencing: subtask i writes as "<job>/<sink>#<i>" and
 //     registers with the table on open, getting a higher epoch on every
 //     restart; the table refuses batches of an older epoch (a zombie).

@@ -43,10 +43,10 @@ func openSumTable(t *testing.T, dir string) *aggmerge.Table {
 
 // openSink opens subtask i of p of sink "jobA/table", restoring items from
 // checkpoint 7 when items is not nil.
-func openSink(tbl *aggmerge.Table, i, p int, items [][]byte) (*sink[Row], error) {
+func openSink(tbl *aggmerge.Table, i, p int, items [][]byte) (*sink, error) {
 	cfg := Config{Table: tbl}
 	cfg.setDefaults()
-	s := newSink(cfg, func(v Row, r *Row) error { *r = v; return nil })
+	s := newSink(cfg)
 	ctx := &runtime.Context{Job: "jobA", Operator: "table", Subtask: i, Parallelism: p,
 		Logger: slog.New(slog.DiscardHandler)}
 	if items != nil {
@@ -303,7 +303,7 @@ func TestRestoreErrorUndoesNothing(t *testing.T) {
 // not, and nothing else.
 func TestSnapshotHoldsEveryOwnedBucket(t *testing.T) {
 	tbl := openSumTable(t, t.TempDir())
-	var sinks []*sink[Row]
+	var sinks []*sink
 	for i := range 3 {
 		s, err := openSink(tbl, i, 3, nil)
 		if err != nil {

@@ -3,8 +3,11 @@ package writer
 import (
 	"fmt"
 
+	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // Row is one write to the table: the primary key and one value per target
@@ -17,8 +20,93 @@ type Row struct {
 
 // Mapper fills row from a record. It should append to row.Key[:0] and
 // row.Vals[:0] so the sink reuses their memory: no allocation per record.
+// It is called exactly once per record.
 type Mapper[T any] func(v T, row *Row) error
 
 func errValues(got, want int) error {
 	return fmt.Errorf("aggmerge writer: %d values for %d target columns", got, want)
 }
+
+// record is one input record mapped: the bucket that routes it to its
+// writer is the bucket of the key it is written under, both taken from one
+// call of the mapper. key (encoded by the table's AppendKey) and vals point
+// into the mapping subtask's arenas.
+type record struct {
+	bucket int32
+	kind   runtime.RowKind
+	key    []byte
+	vals   []agg.Value
+}
+
+// Arena chunk sizes: one allocation per chunk, shared by the records of
+// about one runtime batch.
+const (
+	keyChunk = 64 << 10
+	valChunk = 1 << 10
+)
+
+// arena hands out copies in chunks that are never reused: a chunk is
+// garbage once no record points into it, so a record may cross the shuffle
+// and wait in the writer's input without being copied again, at one
+// allocation per chunk, not per record.
+type arena[E any] struct {
+	chunk []E
+	size  int
+}
+
+func (a *arena[E]) copy(src []E) []E {
+	if len(src) > cap(a.chunk)-len(a.chunk) {
+		a.chunk = make([]E, 0, max(a.size, len(src)))
+	}
+	start := len(a.chunk)
+	a.chunk = append(a.chunk, src...)
+	return a.chunk[start:len(a.chunk):len(a.chunk)]
+}
+
+// mapOp is one subtask of "<name>-map": it calls the mapper once per record
+// and emits the mapped record.
+type mapOp[T any] struct {
+	cfg    Config
+	mapper Mapper[T]
+	t      *aggmerge.Table
+	row    Row
+	keyBuf []byte
+	keys   arena[byte]
+	vals   arena[agg.Value]
+}
+
+func newMapOp[T any](cfg Config, mapper Mapper[T]) *mapOp[T] {
+	return &mapOp[T]{cfg: cfg, mapper: mapper, t: cfg.Table,
+		keys: arena[byte]{size: keyChunk}, vals: arena[agg.Value]{size: valChunk}}
+}
+
+func (m *mapOp[T]) Open(*runtime.Context) error { return nil }
+
+func (m *mapOp[T]) ProcessBatch(in []T, out *runtime.Collector[record]) error {
+	buckets := m.t.Schema().Buckets
+	for _, v := range in {
+		if err := m.mapper(v, &m.row); err != nil {
+			return err
+		}
+		if m.row.Kind.Retracts() && !m.cfg.Retracts {
+			return fmt.Errorf("aggmerge writer: a retracting row (%s) reached a sink not declared Retracts", m.row.Kind)
+		}
+		var err error
+		if m.keyBuf, err = m.t.AppendKey(m.keyBuf[:0], m.row.Key); err != nil {
+			return err
+		}
+		out.Emit(record{
+			bucket: int32(aggmerge.BucketOf(m.keyBuf, buckets)),
+			kind:   m.row.Kind,
+			key:    m.keys.copy(m.keyBuf),
+			vals:   m.vals.copy(m.row.Vals),
+		})
+	}
+	return nil
+}
+
+func (m *mapOp[T]) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (m *mapOp[T]) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (m *mapOp[T]) Close() error                              { return nil }

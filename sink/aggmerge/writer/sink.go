@@ -124,9 +124,8 @@ func (c *Config) needsUndo() bool {
 }
 
 // sink is one subtask of the writer.
-type sink[T any] struct {
+type sink struct {
 	cfg    Config
-	mapper Mapper[T]
 	table  *aggmerge.Table
 	ctx    *runtime.Context
 	prefix string // writer ids of every subtask of this sink start with it
@@ -135,8 +134,7 @@ type sink[T any] struct {
 	batch  *aggmerge.Batch // filled by Write
 	spare  *aggmerge.Batch // empty, for Write while batch is applied
 	comb   *combiner       // nil when combining is off
-	row    Row
-	timer  bool // a flush timer is set
+	timer  bool            // a flush timer is set
 
 	// snapshots maps a checkpoint not yet known complete to the baselines
 	// it saved; committed is, per owned bucket, where the last commit
@@ -153,12 +151,12 @@ type sink[T any] struct {
 	applying chan error
 }
 
-func newSink[T any](cfg Config, mapper Mapper[T]) *sink[T] {
-	return &sink[T]{cfg: cfg, mapper: mapper, table: cfg.Table,
+func newSink(cfg Config) *sink {
+	return &sink{cfg: cfg, table: cfg.Table,
 		snapshots: map[barrier.CheckpointID]map[int]uint64{}, committed: map[int]uint64{}}
 }
 
-func (s *sink[T]) Open(ctx *runtime.Context) error {
+func (s *sink) Open(ctx *runtime.Context) error {
 	s.ctx = ctx
 	t := s.table
 	s.prefix = ctx.Job + "/" + ctx.Operator + "#"
@@ -207,7 +205,7 @@ func (s *sink[T]) Open(ctx *runtime.Context) error {
 // safe if no writer of the sink (any subtask, any parallelism) has written
 // to the table: what they wrote could not be undone, and the input would
 // count again on top of it, so the start is refused (LostStateError).
-func (s *sink[T]) startAfresh() error {
+func (s *sink) startAfresh() error {
 	t := s.table
 	if lost := lostState(t, s.ctx.Job, s.prefix); lost != nil {
 		lost.Restored, lost.RestoredOK = uint64(s.ctx.Restored), s.ctx.RestoredOK
@@ -223,11 +221,11 @@ func (s *sink[T]) startAfresh() error {
 	return nil
 }
 
-func (s *sink[T]) sinkName() string { return s.ctx.Job + "/" + s.ctx.Operator }
+func (s *sink) sinkName() string { return s.ctx.Job + "/" + s.ctx.Operator }
 
 // recover undoes, in every owned bucket, what this sink wrote past its
 // baseline, then marks the restored checkpoint committed.
-func (s *sink[T]) recover(base map[int]uint64) error {
+func (s *sink) recover(base map[int]uint64) error {
 	t, log := s.table, s.ctx.Logger
 	undo := s.cfg.needsUndo()
 	start := time.Now()
@@ -311,20 +309,19 @@ func registerUndo(reg prometheus.Registerer, scanned, restored int, d time.Durat
 	return nil
 }
 
-func (s *sink[T]) Write(batch []T) error {
-	for _, v := range batch {
-		if err := s.mapper(v, &s.row); err != nil {
-			return err
+func (s *sink) Write(batch []record) error {
+	for i := range batch {
+		r := &batch[i]
+		if b := int(r.bucket); Owner(b, s.ctx.Parallelism) != s.ctx.Subtask {
+			return fmt.Errorf("aggmerge writer %s: table %s: a record of bucket %d reached subtask %d, the bucket's owner is subtask %d of %d",
+				s.w.ID, s.table.Dir(), b, s.ctx.Subtask, Owner(b, s.ctx.Parallelism), s.ctx.Parallelism)
 		}
 		mode := aggmerge.Aggregate
-		if s.row.Kind.Retracts() {
-			if !s.cfg.Retracts {
-				return fmt.Errorf("aggmerge writer: a retracting row (%s) reached a sink not declared Retracts", s.row.Kind)
-			}
+		if r.kind.Retracts() {
 			mode = aggmerge.Retract
 		}
 		if s.comb != nil && mode == aggmerge.Aggregate {
-			if err := s.comb.add(s.row.Key, s.row.Vals); err != nil {
+			if err := s.comb.add(r.key, r.vals); err != nil {
 				return err
 			}
 			if s.comb.len() >= s.cfg.CombineKeys {
@@ -340,7 +337,7 @@ func (s *sink[T]) Write(batch []T) error {
 				return err
 			}
 		}
-		if err := s.batch.Upsert(mode, s.row.Key, s.row.Vals); err != nil {
+		if err := s.batch.UpsertEncoded(mode, r.key, r.vals); err != nil {
 			return err
 		}
 		if s.batch.Len() >= s.cfg.BatchSize {
@@ -357,14 +354,14 @@ func (s *sink[T]) Write(batch []T) error {
 }
 
 // OnTimer flushes what waited FlushInterval.
-func (s *sink[T]) OnTimer(time.Time) error {
+func (s *sink) OnTimer(time.Time) error {
 	s.timer = false
 	return s.flush()
 }
 
 // flush hands everything waiting to a goroutine that applies it to the
 // table (unsynced), once the previous flush is applied.
-func (s *sink[T]) flush() error {
+func (s *sink) flush() error {
 	if s.comb != nil && s.comb.len() > 0 {
 		if err := s.comb.drain(s.batch); err != nil {
 			return err
@@ -390,7 +387,7 @@ func (s *sink[T]) flush() error {
 
 // applied waits until the flush being applied, if any, is, and returns its
 // error.
-func (s *sink[T]) applied() error {
+func (s *sink) applied() error {
 	if s.applying == nil {
 		return nil
 	}
@@ -399,7 +396,7 @@ func (s *sink[T]) applied() error {
 	return err
 }
 
-func (s *sink[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
+func (s *sink) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
 	if err := s.flush(); err != nil {
 		return state.OperatorState{}, err
 	}
@@ -431,7 +428,7 @@ func (s *sink[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error)
 // NotifyComplete appends a commit marker to every owned bucket whose log
 // moved since the last one: the changelog exporter's signal that the range
 // is covered by a completed checkpoint.
-func (s *sink[T]) NotifyComplete(id barrier.CheckpointID) error {
+func (s *sink) NotifyComplete(id barrier.CheckpointID) error {
 	if err := s.applied(); err != nil {
 		return err
 	}
@@ -471,7 +468,7 @@ func (s *sink[T]) NotifyComplete(id barrier.CheckpointID) error {
 // retain slides the window of retained checkpoints to include base and
 // records the sink's hold on the log; the oldest retained checkpoint stays
 // restorable.
-func (s *sink[T]) retain(base map[int]uint64) error {
+func (s *sink) retain(base map[int]uint64) error {
 	s.window = append(s.window, base)
 	if k := max(s.ctx.RetainedCheckpoints, 1); len(s.window) > k {
 		s.window = s.window[len(s.window)-k:]
@@ -498,4 +495,4 @@ func owned(offsets map[int]uint64, buckets []int) map[int]uint64 {
 
 // Close waits for the flush being applied: what it writes past the last
 // checkpoint is undone at the next restore, like any write after it.
-func (s *sink[T]) Close() error { return s.applied() }
+func (s *sink) Close() error { return s.applied() }

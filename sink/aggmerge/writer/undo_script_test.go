@@ -519,7 +519,7 @@ func (s *script) openSinks(d *datadriven.TestData, items [][]byte, n barrier.Che
 	for i := range par {
 		cfg := Config{Table: s.tbl, Columns: s.cols[prefix]}
 		cfg.setDefaults()
-		sk := newSink(cfg, func(v Row, r *Row) error { *r = v; return nil })
+		sk := newSink(cfg)
 		ctx := &runtime.Context{Job: job, Operator: op, Subtask: i, Parallelism: par, Logger: slog.New(progress)}
 		if items != nil {
 			ctx.Restored, ctx.RestoredOK = n, true
