@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -254,8 +253,6 @@ func (j *Job) Pipeline() *pipelines.Pipeline { return j.p }
 // called, or ctx is cancelled; it returns when all of them have returned.
 // A producer that fails ends the job with its error.
 func (j *Job) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	for _, pr := range j.producers {
 		// The topic exists before the job's Kafka source looks it up, or
 		// the broker might create it on that lookup with its default
@@ -264,24 +261,52 @@ func (j *Job) Run(ctx context.Context) error {
 			return fmt.Errorf("job %q: datagen into topic %q: %w", j.Name(), pr.spec.Topic, err)
 		}
 	}
+	runs := make([]func(context.Context) error, len(j.producers))
+	for i, pr := range j.producers {
+		runs[i] = func(ctx context.Context) error {
+			if err := pr.run(ctx); err != nil {
+				return fmt.Errorf("datagen into topic %q: %w", pr.spec.Topic, err)
+			}
+			return nil
+		}
+	}
+	failed, err := runBeside(ctx, j.rt.Run, runs)
+	if failed != nil {
+		return fmt.Errorf("job %q: %w", j.Name(), failed)
+	}
+	return err
+}
+
+// runBeside runs main with side beside it until main returns, and waits
+// for side. The first side failure (one returned while main runs) cancels
+// main's context and is returned as failed, recorded apart from the
+// context's cause: a failure wrapping context.Canceled would otherwise read
+// as a plain cancellation. err is main's.
+func runBeside(ctx context.Context, main func(context.Context) error, side []func(context.Context) error) (failed, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, pr := range j.producers {
+	for _, run := range side {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := pr.run(ctx); err != nil && ctx.Err() == nil {
-				cancel(fmt.Errorf("datagen into topic %q: %w", pr.spec.Topic, err))
+			if err := run(ctx); err != nil {
+				mu.Lock()
+				if failed == nil && ctx.Err() == nil {
+					failed = err
+					cancel(err)
+				}
+				mu.Unlock()
 			}
 		}()
 	}
-	err := j.rt.Run(ctx)
-	cause := context.Cause(ctx)
+	err = main(ctx)
+	mu.Lock()
 	cancel(nil)
+	mu.Unlock()
 	wg.Wait()
-	if cause != nil && !errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("job %q: %w", j.Name(), cause)
-	}
-	return err
+	return failed, err
 }
 
 // Stop asks the job to stop with a final checkpoint.
