@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // eventLog is a Listener recording events as short strings, and checking
@@ -44,6 +47,12 @@ func (l *eventLog) listen(ev runtime.Event) {
 		}
 		if ev.Kind == runtime.EventCheckpointTriggered && (st.InFlight == nil || st.InFlight.ID != ev.Checkpoint.ID) {
 			l.t.Errorf("event %s: status's in flight is %+v", s, st.InFlight)
+		}
+		if ev.Kind == runtime.EventCheckpointAborted {
+			if st.InFlight != nil {
+				l.t.Errorf("event %s: status's in flight is %+v, want none", s, st.InFlight)
+			}
+			s += ": " + ev.Err.Error()
 		}
 	}
 	l.mu.Lock()
@@ -222,4 +231,72 @@ func TestStatusDuringRun(t *testing.T) {
 	if !stopping {
 		t.Fatalf("no stopping event: %v", ev)
 	}
+}
+
+// failPersistOnce is a state backend factory whose first persist of
+// checkpoint id fails.
+type failPersistOnce struct {
+	state.BackendFactory
+	id   barrier.CheckpointID
+	done *atomic.Bool
+}
+
+func (f failPersistOnce) OpenKeyed(spec state.KeyedSpec) (state.KeyedBackend, error) {
+	b, err := f.BackendFactory.OpenKeyed(spec)
+	return failPersistBackend{b, f}, err
+}
+
+type failPersistBackend struct {
+	state.KeyedBackend
+	f failPersistOnce
+}
+
+func (b failPersistBackend) Capture(id barrier.CheckpointID, dir string) (func() ([]state.File, error), error) {
+	persist, err := b.KeyedBackend.Capture(id, dir)
+	if err != nil || id != b.f.id {
+		return persist, err
+	}
+	return func() ([]state.File, error) {
+		if b.f.done.CompareAndSwap(false, true) {
+			return nil, errors.New("injected: disk full")
+		}
+		return persist()
+	}, nil
+}
+
+// TestStatusCheckpointAborted: a bounded job whose keyed state cannot be
+// persisted for its final checkpoint (once) hears that checkpoint
+// triggered, then aborted with the persist failure as the cause, with
+// nothing in flight in Status; the attempt waiting for it fails and the
+// next one restores checkpoint 0 and finishes.
+func TestStatusCheckpointAborted(t *testing.T) {
+	var j *runtime.Job
+	l := &eventLog{t: t, job: &j}
+	j = runtime.NewJob(runtime.Options{Name: "aborted", Listener: l.listen,
+		StateBackend: failPersistOnce{state.NewMemoryFactory(), 1, new(atomic.Bool)},
+		Restart:      runtime.RestartOptions{MaxAttempts: 1, InitialBackoff: time.Millisecond}})
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 100}))
+	ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return e.Key }, state.Uint64Codec{})
+	p := runtime.Process(ks, "pass", func() runtime.KeyedProcessor[uint64, operators.Event, operators.Event] { return passKeyed{} })
+	runtime.SinkTo(p, "discard", operators.NewDiscard[operators.Event](nil))
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := j.Status(); st.State != runtime.StateFinished || st.InFlight != nil || st.Restarts != 1 {
+		t.Fatalf("after Run: %+v", st)
+	}
+	checkEvents(t, l.events(), []string{
+		"a0 initializing",
+		"a0 running",
+		"a0 triggered 0",
+		"a0 completed 0",
+		"a0 triggered 1 final",
+		`a0 aborted 1 final: persist state of "pass" subtask 0 for checkpoint 1: injected: disk full`,
+		"a0 restarting",
+		"a1 initializing",
+		"a1 running",
+		"a1 triggered 1 final",
+		"a1 completed 1 final",
+		"a1 finished",
+	})
 }
