@@ -167,6 +167,9 @@ func (c *coordinator) perform(a coordAction) {
 		if _, err := c.storage.Dir(id); err != nil {
 			log.Error("checkpoint not triggered", "checkpoint", id, "err", err)
 			m.checkpoints.WithLabelValues("failed").Inc()
+			// No task saw it, but a listener counting checkpoints hears
+			// of every one.
+			c.att.job.board.aborted(a.barrier, err)
 			c.step(coordEvent{kind: coordTriggerFailed, id: id, err: err})
 			return
 		}

@@ -109,7 +109,9 @@ const (
 	EventCheckpointTriggered
 	// EventCheckpointCompleted: Checkpoint completed.
 	EventCheckpointCompleted
-	// EventCheckpointAborted: Checkpoint was aborted; Err says why.
+	// EventCheckpointAborted: Checkpoint was aborted; Err says why. A
+	// checkpoint whose trigger failed (its folder could not be created)
+	// is aborted with no EventCheckpointTriggered before it.
 	EventCheckpointAborted
 )
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,4 +301,67 @@ func TestStatusCheckpointAborted(t *testing.T) {
 		"a1 completed 1 final",
 		"a1 finished",
 	})
+}
+
+// TestStatusTriggerFailedIsAborted: a checkpoint whose folder cannot be
+// created (a link into a file is in its place) is never triggered, and the listener
+// hears it aborted with the cause (no triggered event before it): one that
+// counts checkpoints sees every one. It is the final checkpoint, so the
+// attempt fails; so does the next one, restoring checkpoint 0 (the link
+// stays), and the job ends failed.
+func TestStatusTriggerFailedIsAborted(t *testing.T) {
+	dir := t.TempDir()
+	storage, err := state.OpenStorage(filepath.Join(dir, "jobs", "untriggered", "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j *runtime.Job
+	l := &eventLog{t: t, job: &j}
+	listen := func(ev runtime.Event) {
+		// On the coordinator goroutine, before it triggers the next one.
+		if ev.Kind == runtime.EventCheckpointCompleted && ev.Checkpoint.ID == 0 && ev.Attempt == 0 {
+			// A link into a file: stat says "not a directory".
+			file := filepath.Join(dir, "file")
+			if err := os.WriteFile(file, nil, 0o644); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink(filepath.Join(file, "x"), storage.Path(1)); err != nil {
+				t.Error(err)
+			}
+		}
+		l.listen(ev)
+	}
+	j = runtime.NewJob(runtime.Options{Name: "untriggered", DataDir: dir, Listener: listen,
+		Restart: runtime.RestartOptions{MaxAttempts: 1, InitialBackoff: time.Millisecond}})
+	src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 100}))
+	runtime.SinkTo(src, "discard", operators.NewDiscard[operators.Event](nil))
+	if err := j.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "trigger checkpoint 1") {
+		t.Fatalf("run: %v, want the failed trigger of checkpoint 1", err)
+	}
+	ev := l.events()
+	for i, e := range ev {
+		for _, prefix := range []string{"a0 aborted 1 final", "a1 aborted 1 final"} {
+			if cause, ok := strings.CutPrefix(e, prefix+": "); ok {
+				if !strings.Contains(cause, "create checkpoint "+state.CheckpointName(1)) {
+					t.Fatalf("aborted event's cause %q does not say the folder of checkpoint 1 could not be created", cause)
+				}
+				ev[i] = prefix
+			}
+		}
+	}
+	checkEvents(t, ev, []string{
+		"a0 initializing",
+		"a0 running",
+		"a0 triggered 0",
+		"a0 completed 0",
+		"a0 aborted 1 final",
+		"a0 restarting",
+		"a1 initializing",
+		"a1 running",
+		"a1 aborted 1 final",
+		"a1 failed",
+	})
+	if st := j.Status(); st.InFlight != nil || st.Completed != 1 || st.Restarts != 1 {
+		t.Fatalf("after Run: in flight %+v, completed %d, restarts %d; want none in flight, 1 completed, 1 restart", st.InFlight, st.Completed, st.Restarts)
+	}
 }
