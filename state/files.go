@@ -79,10 +79,13 @@ func SyncDir(dir string) error {
 }
 
 // MkdirSync creates dir and any missing parents, fsyncing the parent of each
-// folder it created.
+// folder it created. Something other than a folder at dir is an error.
 func MkdirSync(dir string) error {
 	dir = filepath.Clean(dir)
-	if _, err := os.Stat(dir); err == nil {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("create dir %q: it exists and is not a folder (mode %v)", dir, fi.Mode())
+		}
 		return nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("stat %q: %w", dir, err)

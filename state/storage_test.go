@@ -224,3 +224,28 @@ func TestAbandonNewer(t *testing.T) {
 		t.Fatalf("second abandon moved %v, %v", moved, err)
 	}
 }
+
+// TestMkdirSyncRefusesAFileInTheWay: a file (or a link to one) where a
+// folder should be is an error, not a folder that later writes fail in.
+func TestMkdirSyncRefusesAFileInTheWay(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{file, link} {
+		if err := MkdirSync(p); err == nil || !strings.Contains(err.Error(), "not a folder") {
+			t.Errorf("MkdirSync(%s) over a file: %v, want an error", p, err)
+		}
+	}
+	dir := filepath.Join(root, "a", "b")
+	for range 2 { // made, then found
+		if err := MkdirSync(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
