@@ -35,6 +35,16 @@ type Config struct {
 	// ReadUncommitted also reads records of open and aborted transactions.
 	// By default the source reads committed records only (read_committed).
 	ReadUncommitted bool
+	// Bounded makes the source end by itself, like Flink's bounded
+	// KafkaSource with latest offsets: at its first open it records the end
+	// offset of every partition it reads (the last stable offset under
+	// read_committed, the high watermark otherwise), reads up to it, and
+	// then ends, so that the job finishes with a final checkpoint. The stop
+	// offsets are checkpointed: a restored bounded job stops where the
+	// original run would have. Partitions created after the first open are
+	// not read. Restoring a checkpoint without stop offsets (of an unbounded
+	// run, or from before bounded sources) records them at that open.
+	Bounded bool
 	// DiscoveryInterval is how often new partitions and topics are looked
 	// for (10s). Negative: only once, when the source opens (a restored
 	// source still finds the partitions created while it was down).
@@ -95,6 +105,7 @@ const (
 	startCommitted
 	startTimestamp
 	startOffsets
+	startLogStart // the earliest offset now, for bounded sources only
 )
 
 // StartPosition is where a source without checkpoint begins.
@@ -251,6 +262,9 @@ func (cfg Config) String() string {
 	}
 	if cfg.ReadUncommitted {
 		b.WriteString(" isolation=read_uncommitted")
+	}
+	if cfg.Bounded {
+		b.WriteString(" bounded")
 	}
 	fmt.Fprintf(&b, " on_decode_error=%s", cfg.OnDecodeError)
 	if cfg.DeadLetterTopic != "" {

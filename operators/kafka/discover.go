@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"sync"
@@ -105,6 +106,9 @@ func resolveStart(ctx context.Context, adm *kadm.Client, s StartPosition, group 
 	}
 	switch s.kind {
 	case startEarliest:
+	case startLogStart:
+		l, err := adm.ListStartOffsets(ctx, names...)
+		return out, fromListed(l, err, nil)
 	case startLatest:
 		return out, end(nil)
 	case startTimestamp:
@@ -137,6 +141,31 @@ func resolveStart(ctx context.Context, adm *kadm.Client, s StartPosition, group 
 		}
 	}
 	return out, nil
+}
+
+// resolveStops returns the stop offset of every partition in start for a
+// bounded source: its end offset now (the last stable offset under
+// read_committed). It replaces atEarliest in start by the earliest offset,
+// so that a partition with nothing to read is done at once.
+func resolveStops(ctx context.Context, adm *kadm.Client, readCommitted bool, start map[topicPartition]int64) (map[topicPartition]int64, error) {
+	all := make(map[topicPartition]struct{}, len(start))
+	early := make(map[topicPartition]struct{})
+	for tp, off := range start {
+		all[tp] = struct{}{}
+		if off == atEarliest {
+			early[tp] = struct{}{}
+		}
+	}
+	stops, err := resolveStart(ctx, adm, StartLatest(), "", readCommitted, all)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets: %w", err)
+	}
+	first, err := resolveStart(ctx, adm, StartPosition{kind: startLogStart}, "", readCommitted, early)
+	if err != nil {
+		return nil, fmt.Errorf("earliest offsets: %w", err)
+	}
+	maps.Copy(start, first)
+	return stops, nil
 }
 
 // discoverer looks for new partitions on its own goroutine, so that Read

@@ -36,19 +36,47 @@ const atEarliest = -2
 type partState struct {
 	tp   topicPartition
 	next int64 // offset of the next record to hand out, or atEarliest
+	stop int64 // bounded: the offset it ends at; unbounded: noStop
+	done bool  // bounded: reached stop, no longer fetched
 	lag  prometheus.Gauge
 }
 
+// noStop is the stop offset of a partition of an unbounded source.
+const noStop = -1
+
 // The operator state is one union list, so that whatever the parallelism
 // and partition count on restore, every subtask sees every offset: each
-// subtask writes one marker item and one item per partition it reads.
+// subtask writes one marker item and one item per partition it reads. A
+// bounded subtask also writes a bounded marker and one stop item per
+// partition; checkpoints from before bounded sources have neither.
 const (
-	offsetsUnion = "kafka-offsets"
-	itemMarker   = 0
-	itemOffset   = 1
+	offsetsUnion  = "kafka-offsets"
+	itemMarker    = 0
+	itemOffset    = 1
+	itemBounded   = 2
+	itemStop      = 3
+	itemFixedSize = 12 // partition and offset after the topic name
 )
 
-func encodeOffsets(parts map[topicPartition]*partState) [][]byte {
+// restoredOffsets is what a restored union list holds.
+type restoredOffsets struct {
+	ok      bool // false: no marker, the checkpoint predates this source
+	bounded bool // written by a bounded source
+	next    map[topicPartition]int64
+	stops   map[topicPartition]int64
+}
+
+func appendItem(items [][]byte, kind byte, tp topicPartition, off int64) [][]byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(tp.topic)+itemFixedSize)
+	b = append(b, kind)
+	b = binary.AppendUvarint(b, uint64(len(tp.topic)))
+	b = append(b, tp.topic...)
+	b = binary.BigEndian.AppendUint32(b, uint32(tp.partition))
+	b = binary.BigEndian.AppendUint64(b, uint64(off))
+	return append(items, b)
+}
+
+func encodeOffsets(parts map[topicPartition]*partState, bounded bool) [][]byte {
 	sorted := make([]*partState, 0, len(parts))
 	for _, ps := range parts {
 		sorted = append(sorted, ps)
@@ -56,44 +84,51 @@ func encodeOffsets(parts map[topicPartition]*partState) [][]byte {
 	slices.SortFunc(sorted, func(a, b *partState) int {
 		return cmp.Or(cmp.Compare(a.tp.topic, b.tp.topic), cmp.Compare(a.tp.partition, b.tp.partition))
 	})
-	items := make([][]byte, 0, 1+len(sorted))
+	items := make([][]byte, 0, 2+2*len(sorted))
 	items = append(items, []byte{itemMarker})
+	if bounded {
+		items = append(items, []byte{itemBounded})
+	}
 	for _, ps := range sorted {
-		b := make([]byte, 0, 1+binary.MaxVarintLen64+len(ps.tp.topic)+12)
-		b = append(b, itemOffset)
-		b = binary.AppendUvarint(b, uint64(len(ps.tp.topic)))
-		b = append(b, ps.tp.topic...)
-		b = binary.BigEndian.AppendUint32(b, uint32(ps.tp.partition))
-		b = binary.BigEndian.AppendUint64(b, uint64(ps.next))
-		items = append(items, b)
+		items = appendItem(items, itemOffset, ps.tp, ps.next)
+		if bounded {
+			items = appendItem(items, itemStop, ps.tp, ps.stop)
+		}
 	}
 	return items
 }
 
-// decodeOffsets reads a restored union list. ok is false when the list
-// holds no marker: the checkpoint predates this source (a fresh start).
-func decodeOffsets(items [][]byte) (offsets map[topicPartition]int64, ok bool, err error) {
-	offsets = make(map[topicPartition]int64)
+// decodeOffsets reads a restored union list.
+func decodeOffsets(items [][]byte) (restoredOffsets, error) {
+	r := restoredOffsets{next: make(map[topicPartition]int64), stops: make(map[topicPartition]int64)}
 	for _, it := range items {
 		if len(it) == 1 && it[0] == itemMarker {
-			ok = true
+			r.ok = true
 			continue
 		}
-		if len(it) == 0 || it[0] != itemOffset {
-			return nil, false, fmt.Errorf("restore kafka offsets: unknown item: %w", state.ErrCorrupt)
+		if len(it) == 1 && it[0] == itemBounded {
+			r.bounded = true
+			continue
+		}
+		if len(it) == 0 || it[0] != itemOffset && it[0] != itemStop {
+			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: unknown item: %w", state.ErrCorrupt)
 		}
 		n, w := binary.Uvarint(it[1:])
 		rest := it[1:]
-		if w <= 0 || uint64(len(rest)-w) != n+12 {
-			return nil, false, fmt.Errorf("restore kafka offsets: bad item length: %w", state.ErrCorrupt)
+		if w <= 0 || uint64(len(rest)-w) != n+itemFixedSize {
+			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: bad item length: %w", state.ErrCorrupt)
 		}
 		rest = rest[w:]
 		tp := topicPartition{topic: string(rest[:n]), partition: int32(binary.BigEndian.Uint32(rest[n:]))}
 		off := int64(binary.BigEndian.Uint64(rest[n+4:]))
-		if prev, dup := offsets[tp]; dup && prev != off {
-			return nil, false, fmt.Errorf("restore kafka offsets: %s recorded twice (%d, %d): %w", tp, prev, off, state.ErrCorrupt)
+		into, what := r.next, "offset"
+		if it[0] == itemStop {
+			into, what = r.stops, "stop offset"
 		}
-		offsets[tp] = off
+		if prev, dup := into[tp]; dup && prev != off {
+			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: %s %s recorded twice (%d, %d): %w", tp, what, prev, off, state.ErrCorrupt)
+		}
+		into[tp] = off
 	}
-	return offsets, ok, nil
+	return r, nil
 }

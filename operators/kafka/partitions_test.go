@@ -41,38 +41,54 @@ func TestOffsetsRoundTrip(t *testing.T) {
 		{"a", 3}:         {tp: topicPartition{"a", 3}, next: atEarliest},
 		{"b-ü", 1 << 20}: {tp: topicPartition{"b-ü", 1 << 20}, next: 1 << 40},
 	}
-	items := encodeOffsets(parts)
-	// A union list concatenates every subtask's items, markers included.
-	items = append(items, encodeOffsets(map[topicPartition]*partState{})...)
-	got, ok, err := decodeOffsets(items)
-	if err != nil || !ok {
-		t.Fatalf("decode: %v %v", ok, err)
-	}
-	if len(got) != len(parts) {
-		t.Fatalf("decoded %v", got)
-	}
-	for tp, ps := range parts {
-		if got[tp] != ps.next {
-			t.Errorf("%s: %d, want %d", tp, got[tp], ps.next)
+	for _, bounded := range []bool{false, true} {
+		for tp, ps := range parts {
+			ps.stop = int64(len(tp.topic)) + 1<<41
+		}
+		items := encodeOffsets(parts, bounded)
+		// A union list concatenates every subtask's items, markers included.
+		items = append(items, encodeOffsets(map[topicPartition]*partState{}, bounded)...)
+		got, err := decodeOffsets(items)
+		if err != nil || !got.ok || got.bounded != bounded {
+			t.Fatalf("bounded %v: decode: %+v %v", bounded, got, err)
+		}
+		if len(got.next) != len(parts) {
+			t.Fatalf("decoded %v", got.next)
+		}
+		wantStops := 0
+		if bounded {
+			wantStops = len(parts)
+		}
+		if len(got.stops) != wantStops {
+			t.Fatalf("bounded %v: decoded stops %v", bounded, got.stops)
+		}
+		for tp, ps := range parts {
+			if got.next[tp] != ps.next {
+				t.Errorf("%s: %d, want %d", tp, got.next[tp], ps.next)
+			}
+			if s, ok := got.stops[tp]; bounded && (!ok || s != ps.stop) {
+				t.Errorf("%s: stop %d, want %d", tp, s, ps.stop)
+			}
 		}
 	}
-	if _, ok, err := decodeOffsets(nil); ok || err != nil {
-		t.Errorf("no items: ok %v err %v, want a fresh start", ok, err)
+	if got, err := decodeOffsets(nil); got.ok || err != nil {
+		t.Errorf("no items: ok %v err %v, want a fresh start", got.ok, err)
 	}
 }
 
 func TestOffsetsCorrupt(t *testing.T) {
-	good := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 5}})
-	other := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 6}})
+	good := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 5, stop: 7}}, true)
+	other := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 6, stop: 8}}, true)
 	for name, items := range map[string][][]byte{
 		"unknown kind":   {{9, 1, 2}},
 		"empty item":     {{}},
-		"short":          {good[1][:len(good[1])-1]},
-		"long":           {append(append([]byte(nil), good[1]...), 0)},
-		"two offsets":    {good[0], good[1], other[1]},
+		"short":          {good[2][:len(good[2])-1]},
+		"long":           {append(append([]byte(nil), good[2]...), 0)},
+		"two offsets":    {good[0], good[2], other[2]},
+		"two stops":      {good[0], good[1], good[3], other[3]},
 		"bad name width": {{itemOffset, 200}},
 	} {
-		if _, _, err := decodeOffsets(items); !errors.Is(err, state.ErrCorrupt) {
+		if _, err := decodeOffsets(items); !errors.Is(err, state.ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 	}

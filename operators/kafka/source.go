@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -117,6 +119,8 @@ type reader[T any] struct {
 	head    int
 	snaps   []remembered
 	dlq     *DeadLetterWriter
+	reading int          // bounded: partitions not done
+	reached []*partState // bounded: fetched up to their stop by the last poll
 
 	disc   *discoverer
 	commit *committer
@@ -154,6 +158,11 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	// refresh, at most MetadataMinAge after it is added (5 s by default).
 	opts = append(opts, kgo.FetchIsolationLevel(isolation), kgo.WithHooks(r.health),
 		kgo.FetchMaxWait(500*time.Millisecond), kgo.MetadataMinAge(time.Second))
+	if cfg.Bounded {
+		// A transaction marker may be the last offset before the stop:
+		// seeing it tells that the position reached the stop.
+		opts = append(opts, kgo.KeepControlRecords())
+	}
 	opts = append(opts, cfg.ClientOptions...)
 	if r.cl, err = kgo.NewClient(opts...); err != nil {
 		return fmt.Errorf("kafka source: new client: %w", err)
@@ -168,16 +177,20 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 		}
 	}()
 
-	start, err := r.startOffsets(ctx)
+	start, stops, err := r.startOffsets(ctx)
 	if err != nil {
 		return err
 	}
 	from := make(map[string]map[int32]kgo.Offset)
 	for tp, off := range start {
-		r.addPart(tp, off, from)
+		stop, ok := stops[tp]
+		if !ok {
+			stop = noStop
+		}
+		r.addPart(tp, off, stop, from)
 	}
 	r.cl.AddConsumePartitions(from)
-	r.log.Info("kafka source opened", "config", cfg.String(), "partitions", len(r.parts), "restored", ctx.RestoredOK)
+	r.log.Info("kafka source opened", "config", cfg.String(), "partitions", len(r.parts), "reading", len(from), "restored", ctx.RestoredOK)
 
 	if cfg.OnDecodeError == DeadLetter {
 		if err := PrepareDeadLetterTopic(ctx.Context(), r.adm, cfg.DeadLetterTopic, r.log.Warn); err != nil {
@@ -185,8 +198,10 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 		}
 		r.dlq = NewDeadLetterWriter(r.bg, r.cl, cfg.DeadLetterTopic, r.m.deadLettered)
 	}
-	r.disc = &discoverer{topics: r.topics, adm: r.adm, every: cfg.DiscoveryInterval, log: r.warnLog}
-	r.goBackground(r.disc.run)
+	if !cfg.Bounded {
+		r.disc = &discoverer{topics: r.topics, adm: r.adm, every: cfg.DiscoveryInterval, log: r.warnLog}
+		r.goBackground(r.disc.run)
+	}
 	if cfg.Group != "" {
 		r.commit = newCommitter(r.adm, cfg.Group, r.warnLog)
 		r.goBackground(r.commit.run)
@@ -207,52 +222,94 @@ func (r *reader[T]) goBackground(f func(context.Context)) {
 
 // startOffsets returns where each partition of this subtask begins: the
 // checkpointed offsets on restore (no broker needed), else the start
-// position resolved against the brokers.
-func (r *reader[T]) startOffsets(ctx *runtime.Context) (map[topicPartition]int64, error) {
+// position resolved against the brokers. A bounded source also gets the
+// stop offset of each: the checkpointed ones, else the end offsets now.
+func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPartition]int64, err error) {
+	cfg := &r.src.cfg
+	restored := false
 	if ctx.RestoredOK {
-		all, ok, err := decodeOffsets(ctx.State.Unions[offsetsUnion])
+		all, err := decodeOffsets(ctx.State.Unions[offsetsUnion])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if ok {
-			mine := make(map[topicPartition]int64)
-			for tp, off := range all {
-				if r.topics.matches(tp.topic) && SubtaskFor(tp.topic, tp.partition, ctx.Parallelism) == ctx.Subtask {
-					mine[tp] = off
+		if all.ok {
+			mine := func(tp topicPartition) bool {
+				return r.topics.matches(tp.topic) && SubtaskFor(tp.topic, tp.partition, ctx.Parallelism) == ctx.Subtask
+			}
+			start = make(map[topicPartition]int64)
+			if cfg.Bounded && all.bounded {
+				stops = make(map[topicPartition]int64)
+				for tp, stop := range all.stops {
+					if !mine(tp) {
+						continue
+					}
+					next, ok := all.next[tp]
+					if !ok {
+						return nil, nil, fmt.Errorf("restore kafka offsets: %s has a stop offset but no offset: %w", tp, state.ErrCorrupt)
+					}
+					start[tp], stops[tp] = next, stop
+				}
+				return start, stops, nil
+			}
+			for tp, off := range all.next {
+				if mine(tp) {
+					start[tp] = off
 				}
 			}
-			return mine, nil
+			if !cfg.Bounded {
+				return start, nil, nil
+			}
+			restored = true
 		}
 	}
-	cfg := &r.src.cfg
 	// Bounded by StartTimeout, and by the run: cancelling it ends the wait.
 	deadline, cancel := context.WithTimeout(ctx.Context(), cfg.StartTimeout)
 	defer cancel()
 	backoff := 100 * time.Millisecond
 	for {
 		owned, err := r.topics.owned(deadline, r.adm)
-		var start map[topicPartition]int64
-		if err == nil {
-			start, err = resolveStart(deadline, r.adm, cfg.Start, cfg.Group, !cfg.ReadUncommitted, owned)
+		var at map[topicPartition]int64
+		if err == nil && !restored {
+			at, err = resolveStart(deadline, r.adm, cfg.Start, cfg.Group, !cfg.ReadUncommitted, owned)
+		}
+		if err == nil && restored {
+			// As discovery would: partitions created while down start
+			// at the earliest offset.
+			at = maps.Clone(start)
+			for tp := range owned {
+				if _, ok := at[tp]; !ok {
+					at[tp] = atEarliest
+				}
+			}
+		}
+		if err == nil && cfg.Bounded {
+			stops, err = resolveStops(deadline, r.adm, !cfg.ReadUncommitted, at)
 		}
 		if err == nil {
-			return start, nil
+			return at, stops, nil
 		}
 		r.warnLog.warn("kafka source: resolving start offsets failed; retrying", "error", err)
 		select {
 		case <-deadline.Done():
-			return nil, fmt.Errorf("kafka source: resolve start offsets (%s) within %s: %w", cfg.Start, cfg.StartTimeout, err)
+			return nil, nil, fmt.Errorf("kafka source: resolve start offsets (%s) within %s: %w", cfg.Start, cfg.StartTimeout, err)
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
 }
 
-// addPart starts tracking a partition and adds it to from, the offsets to
-// give the client.
-func (r *reader[T]) addPart(tp topicPartition, next int64, from map[string]map[int32]kgo.Offset) {
-	ps := &partState{tp: tp, next: next, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
+// addPart starts tracking a partition and, unless it is done (a bounded
+// partition at its stop), adds it to from, the offsets to give the client.
+func (r *reader[T]) addPart(tp topicPartition, next, stop int64, from map[string]map[int32]kgo.Offset) {
+	ps := &partState{tp: tp, next: next, stop: stop, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
 	r.parts[tp] = ps
+	if stop != noStop {
+		if next >= stop {
+			ps.done = true
+			return
+		}
+		r.reading++
+	}
 	o := kgo.NewOffset().At(next)
 	if next == atEarliest {
 		o = kgo.NewOffset().AtStart()
@@ -266,6 +323,9 @@ func (r *reader[T]) addPart(tp topicPartition, next int64, from map[string]map[i
 func (r *reader[T]) Read(buf []T) ([]T, error) {
 	r.addDiscovered()
 	if r.head == len(r.pending) {
+		if r.src.cfg.Bounded && r.reading == 0 {
+			return buf, io.EOF
+		}
 		if err := r.poll(); err != nil {
 			return buf, err
 		}
@@ -282,6 +342,7 @@ func (r *reader[T]) Read(buf []T) ([]T, error) {
 	if r.head == len(r.pending) {
 		clear(r.pending)
 		r.pending, r.head = r.pending[:0], 0
+		r.finishReached()
 	}
 	if nrec > 0 {
 		r.m.records.Add(float64(nrec))
@@ -360,9 +421,58 @@ func (r *reader[T]) poll() error {
 			end = p.LastStableOffset
 		}
 		ps.lag.Set(float64(max(0, end-(p.Records[len(p.Records)-1].Offset+1))))
-		r.pending = append(r.pending, pendingPart{ps: ps, recs: p.Records})
+		recs := p.Records
+		if ps.stop != noStop {
+			recs = r.bound(ps, recs)
+		}
+		if len(recs) > 0 {
+			r.pending = append(r.pending, pendingPart{ps: ps, recs: recs})
+		}
 	})
 	return fatal
+}
+
+// bound drops the fetched records of a bounded partition at or past its
+// stop, and the transaction markers. Any record at or past the stop, marker
+// or not, shows that the position reached it: the partition is done once
+// the records kept are handed out.
+func (r *reader[T]) bound(ps *partState, recs []*kgo.Record) []*kgo.Record {
+	if ps.done {
+		return nil // fetched before its removal took effect
+	}
+	reached := recs[len(recs)-1].Offset+1 >= ps.stop
+	keep := recs[:0]
+	for _, rec := range recs {
+		if rec.Offset < ps.stop && !rec.Attrs.IsControl() {
+			keep = append(keep, rec)
+		}
+	}
+	if reached {
+		r.reached = append(r.reached, ps)
+	}
+	return keep
+}
+
+// finishReached marks done the bounded partitions whose records up to the
+// stop are all handed out, and stops fetching them.
+func (r *reader[T]) finishReached() {
+	if len(r.reached) == 0 {
+		return
+	}
+	remove := make(map[string][]int32)
+	for _, ps := range r.reached {
+		if ps.done {
+			continue
+		}
+		ps.done = true
+		ps.next = ps.stop // markers or aborted records may lie before it
+		r.reading--
+		remove[ps.tp.topic] = append(remove[ps.tp.topic], ps.tp.partition)
+		r.log.Info("kafka source: partition read to its stop offset", "topic", ps.tp.topic, "partition", ps.tp.partition, "stop", ps.stop, "left", r.reading)
+	}
+	clear(r.reached)
+	r.reached = r.reached[:0]
+	r.cl.RemoveConsumePartitions(remove)
 }
 
 // fetchError classifies a partition error of a fetch: the client already
@@ -386,6 +496,9 @@ func (r *reader[T]) fetchError(topic string, partition int32, err error) error {
 // addDiscovered starts reading partitions the discoverer found, from their
 // earliest offset.
 func (r *reader[T]) addDiscovered() {
+	if r.disc == nil {
+		return // bounded: no discovery
+	}
 	found, ok := r.disc.take()
 	if !ok {
 		return
@@ -393,7 +506,7 @@ func (r *reader[T]) addDiscovered() {
 	from := make(map[string]map[int32]kgo.Offset)
 	for tp := range found {
 		if _, have := r.parts[tp]; !have {
-			r.addPart(tp, atEarliest, from)
+			r.addPart(tp, atEarliest, noStop, from)
 			r.log.Info("kafka source: new partition, reading from the earliest offset", "topic", tp.topic, "partition", tp.partition)
 		}
 	}
@@ -415,7 +528,7 @@ func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, erro
 		}
 		r.snaps = append(r.snaps, remembered{id: id, offsets: groupOffsets(r.parts)})
 	}
-	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts)}}, nil
+	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded)}}, nil
 }
 
 // NotifyComplete commits the offsets of checkpoint id (or of the latest
