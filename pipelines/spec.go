@@ -51,6 +51,7 @@ type KafkaSource struct {
 	StartOffset     StartOffset `yaml:"start_offset" default:"earliest" doc:"where a job without checkpoint starts: earliest, latest, committed (the group's offsets, else earliest), committed-else-latest, or timestamp:<RFC 3339 time or Unix milliseconds>"`
 	Discovery       Duration    `yaml:"discovery_interval" default:"10s" doc:"how often new partitions and topics are looked for; 0s: only when the source opens (also on a restore)"`
 	IsolationLevel  Isolation   `yaml:"isolation_level" default:"read_committed" doc:"read_committed or read_uncommitted"`
+	Bounded         bool        `yaml:"bounded" default:"false" doc:"true: read every partition up to its end offset as of the job's first start (the last stable offset under read_committed), then end the job with a final checkpoint; the stop offsets are checkpointed, so a restored job stops at the same offsets; partitions created later are not read (no discovery_interval)"`
 	OnError         OnError     `yaml:"on_error" default:"fail" doc:"a record that cannot be decoded or whose expressions fail: fail the job (at once, without restarts), skip it (counted in a metric) or dead_letter it"`
 	DeadLetterTopic string      `yaml:"dead_letter_topic" doc:"where on_error: dead_letter sends failed records, with the error in a header; required with dead_letter"`
 	FetchMaxBytes   Size        `yaml:"fetch_max_bytes" default:"50MiB" min:"1KiB" doc:"the most bytes one fetch may return"`

@@ -24,6 +24,9 @@ func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 			v.fail(fmt.Sprintf("%s.topics[%d]", path, i), "a topic name is empty")
 		}
 	}
+	if k.Bounded && v.given(path+".discovery_interval") {
+		v.fail(path+".discovery_interval", "a bounded source reads the partitions there are at its first start: no discovery")
+	}
 	if k.Group == "" {
 		k.Group = v.spec.Job.Name
 	}

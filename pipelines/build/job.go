@@ -225,6 +225,7 @@ func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy,
 	cfg := kafka.Config{Connection: conn}
 	cfg.Topics, cfg.TopicPattern, cfg.Group, cfg.DeadLetterTopic = k.Topics, k.TopicPattern, k.Group, k.DeadLetterTopic
 	cfg.ReadUncommitted = k.IsolationLevel == "read_uncommitted"
+	cfg.Bounded = k.Bounded
 	cfg.DiscoveryInterval = k.Discovery.Std()
 	if cfg.DiscoveryInterval == 0 {
 		cfg.DiscoveryInterval = -1 // 0s in a file: never
