@@ -190,7 +190,7 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 		r.addPart(tp, off, stop, from)
 	}
 	r.cl.AddConsumePartitions(from)
-	r.log.Info("kafka source opened", "config", cfg.String(), "partitions", len(r.parts), "reading", len(from), "restored", ctx.RestoredOK)
+	r.log.Info("kafka source opened", "config", cfg.String(), "partitions", len(r.parts), "restored", ctx.RestoredOK)
 
 	if cfg.OnDecodeError == DeadLetter {
 		if err := PrepareDeadLetterTopic(ctx.Context(), r.adm, cfg.DeadLetterTopic, r.log.Warn); err != nil {
@@ -466,13 +466,16 @@ func (r *reader[T]) finishReached() {
 		}
 		ps.done = true
 		ps.next = ps.stop // markers or aborted records may lie before it
+		ps.lag.Set(0)
 		r.reading--
 		remove[ps.tp.topic] = append(remove[ps.tp.topic], ps.tp.partition)
 		r.log.Info("kafka source: partition read to its stop offset", "topic", ps.tp.topic, "partition", ps.tp.partition, "stop", ps.stop, "left", r.reading)
 	}
 	clear(r.reached)
 	r.reached = r.reached[:0]
-	r.cl.RemoveConsumePartitions(remove)
+	if len(remove) > 0 {
+		r.cl.RemoveConsumePartitions(remove)
+	}
 }
 
 // fetchError classifies a partition error of a fetch: the client already
