@@ -92,20 +92,12 @@ func TestACLsOfTheDocs(t *testing.T) {
 	}
 
 	p := load(t, fmt.Sprintf(aclJob, strings.Join(brokers, ","), "dead"))
-	e := NewEnv(Options{DataDir: t.TempDir(), Logger: testLogger()})
+	e := openEnv(t, Options{DataDir: t.TempDir()}, p)
 	defer e.Close()
-	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
-		t.Fatal(err)
-	}
 	xctx, cancel := context.WithCancel(ctx)
 	exported := make(chan error, 1)
 	go func() { exported <- e.RunExporters(xctx) }()
-	j, err := e.Build(p, runtime.RestoreLatest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- j.Run(xctx) }()
+	j, done := startJob(t, xctx, e, p)
 	admin.AddConsumeTopics("out", "dead")
 	got := map[string]int{}
 	pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)

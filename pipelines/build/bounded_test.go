@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
-	"github.com/ebbflow/ebbflow/pipelines"
-	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 )
 
@@ -37,18 +35,12 @@ sink:
   table: {name: sums, primary_key: [user], buckets: 2, columns: {total: {agg: sum, from: amount}}}
 checkpoint: {interval: 50ms}
 `, strings.Join(brokers, ","), topic))
-	e := NewEnv(Options{DataDir: t.TempDir(), Logger: testLogger()})
-	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
-		t.Fatal(err)
-	}
+	e := openEnv(t, Options{DataDir: t.TempDir()}, p)
 	defer e.Close()
-	j, err := e.Build(p, runtime.RestoreLatest)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
 	defer cancel()
-	if err := j.Run(ctx); err != nil {
+	_, done := startJob(t, ctx, e, p)
+	if err := <-done; err != nil {
 		t.Fatalf("run: %v, want the bounded job to end by itself", err)
 	}
 	tab, _ := e.Table("sums")

@@ -95,11 +95,34 @@ func load(t *testing.T, src string) *pipelines.Pipeline {
 
 func newEnv(t *testing.T, dir string, p *pipelines.Pipeline) *Env {
 	t.Helper()
-	e := NewEnv(Options{DataDir: dir, Logger: testLogger()})
+	return openEnv(t, Options{DataDir: dir}, p)
+}
+
+// openEnv opens p's tables in a new Env with opts (the test's logger when
+// it has none); the caller closes it.
+func openEnv(t *testing.T, opts Options, p *pipelines.Pipeline) *Env {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testLogger()
+	}
+	e := NewEnv(opts)
 	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// startJob builds p's job in e, from its latest checkpoint, and runs it
+// under ctx; the channel receives Run's error.
+func startJob(t *testing.T, ctx context.Context, e *Env, p *pipelines.Pipeline) (*Job, <-chan error) {
+	t.Helper()
+	j, err := e.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	return j, done
 }
 
 func testLogger() *slog.Logger {

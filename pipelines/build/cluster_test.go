@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
-	"github.com/ebbflow/ebbflow/pipelines"
-	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // clusterJob reads a Kafka topic on a cluster of its own and publishes
@@ -42,20 +40,12 @@ func TestChangelogOnSourceCluster(t *testing.T) {
 	if got := p.Changelogs(); len(got) != 1 || got[0].Cluster != strings.Join(brokers, ",") {
 		t.Fatalf("changelogs %+v, want on %v", got, brokers)
 	}
-	e := NewEnv(Options{DataDir: t.TempDir(), Logger: testLogger()})
+	e := openEnv(t, Options{DataDir: t.TempDir()}, p)
 	defer e.Close()
-	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	exported := make(chan error, 1)
 	go func() { exported <- e.RunExporters(ctx) }()
-	j, err := e.Build(p, runtime.RestoreLatest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- j.Run(ctx) }()
+	j, done := startJob(t, ctx, e, p)
 	cl := kafkatest.Client(t, brokers, kgo.ConsumeTopics(out), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	keys := map[string]bool{}
 	pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)

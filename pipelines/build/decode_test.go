@@ -11,8 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
-	"github.com/ebbflow/ebbflow/pipelines"
-	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 )
 
@@ -38,17 +36,9 @@ sink:
 checkpoint: {interval: 50ms}
 `, strings.Join(brokers, ","), topic))
 	reg := prometheus.NewRegistry()
-	e := NewEnv(Options{DataDir: t.TempDir(), Registerer: reg, Logger: testLogger()})
-	if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
-		t.Fatal(err)
-	}
+	e := openEnv(t, Options{DataDir: t.TempDir(), Registerer: reg}, p)
 	defer e.Close()
-	j, err := e.Build(p, runtime.RestoreLatest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- j.Run(context.Background()) }()
+	j, done := startJob(t, context.Background(), e, p)
 	const metric = "ebbflow_source_records_dropped_total"
 	for deadline := time.Now().Add(30 * time.Second); dropped(t, reg, metric) < 2; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {

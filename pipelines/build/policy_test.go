@@ -15,7 +15,6 @@ import (
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
-	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -71,17 +70,9 @@ func TestEvalErrorPolicies(t *testing.T) {
 			}
 			p := load(t, fmt.Sprintf(policyJob, strings.Join(brokers, ","), topic, policy, extra))
 			reg := prometheus.NewRegistry()
-			e := NewEnv(Options{DataDir: t.TempDir(), Registerer: reg, Logger: testLogger()})
-			if err := e.OpenTables([]*pipelines.Pipeline{p}); err != nil {
-				t.Fatal(err)
-			}
+			e := openEnv(t, Options{DataDir: t.TempDir(), Registerer: reg}, p)
 			defer e.Close()
-			j, err := e.Build(p, runtime.RestoreLatest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- j.Run(context.Background()) }()
+			j, done := startJob(t, context.Background(), e, p)
 			if policy == "fail" {
 				select {
 				case err := <-done:
