@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -29,38 +28,21 @@ func TestAbuseHTTP(t *testing.T) {
 		return strings.HasPrefix(body, `{"page":"home"`)
 	})
 
-	do := func(method, url, host string, headers ...string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		for i := 0; i < len(headers); i += 2 {
-			req.Header.Set(headers[i], headers[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := do("GET", rows, "evil.example:"+port); code != http.StatusForbidden || strings.Contains(body, "home") {
+	e := &endpoint{addr: addr, base: "http://" + addr, client: http.DefaultClient}
+	rowsPath := strings.TrimPrefix(rows, e.base)
+	if code, body := send(t, e, "GET", rowsPath, "evil.example:"+port); code != http.StatusForbidden || strings.Contains(body, "home") {
 		t.Errorf("rows read with Host evil.example: %d %q, want 403 and no row", code, body)
 	}
-	stop := "http://" + addr + "/api/v1/stop"
 	for _, h := range [][]string{
 		nil,
 		{"Authorization", "Bearer not-the-token"},
 		{"Origin", "http://evil.example", "Content-Type", "text/plain"},
 	} {
-		if code, body := do("POST", stop, addr, h...); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		if code, body := send(t, e, "POST", "/api/v1/stop", addr, h...); code != http.StatusUnauthorized && code != http.StatusForbidden {
 			t.Fatalf("POST /api/v1/stop with %q: %d %q, want 401 or 403", h, code, body)
 		}
 	}
-	if code, _ := do("POST", stop, "evil.example:"+port); code != http.StatusForbidden {
+	if code, _ := send(t, e, "POST", "/api/v1/stop", "evil.example:"+port); code != http.StatusForbidden {
 		t.Fatalf("POST /api/v1/stop with Host evil.example: %d, want 403", code)
 	}
 	if code, _ := httpGet(t, "http://"+addr+"/livez"); code != http.StatusOK || strings.Contains(c.stderr.String(), "stopping") {

@@ -55,8 +55,9 @@ func serveTest(t *testing.T, r *runner, addr string, cfg pipelines.HTTP) *endpoi
 }
 
 // send makes a request to the runner at e with the given Host and headers
-// (Authorization included: e's token is not added) and returns the status.
-func send(t *testing.T, e *endpoint, method, path, host string, headers ...string) int {
+// (Authorization included: e's token is not added) and returns the status
+// and the body.
+func send(t *testing.T, e *endpoint, method, path, host string, headers ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.base+path, nil)
 	if err != nil {
@@ -72,9 +73,9 @@ func send(t *testing.T, e *endpoint, method, path, host string, headers ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func stopRequested(r *runner) bool {
@@ -96,17 +97,17 @@ func TestHTTPHost(t *testing.T) {
 	_, port, _ := strings.Cut(e.addr, ":")
 	for _, path := range []string{"/livez", "/metrics", "/readyz", "/api/v1/jobs", "/api/v1/tables", "/api/v1/tables/t/rows", "/api/v1/kafka"} {
 		for _, host := range []string{"evil.example", "evil.example:" + port, "localhost.evil.example", "127.0.0.1.evil.example", "runner.internal.evil.example"} {
-			if code := send(t, e, "GET", path, host); code != http.StatusForbidden {
+			if code, _ := send(t, e, "GET", path, host); code != http.StatusForbidden {
 				t.Errorf("GET %s with Host %s: %d, want 403", path, host, code)
 			}
 		}
 	}
 	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "[::1]:" + port, "10.1.2.3", "runner.internal:" + port, "runner.internal."} {
-		if code := send(t, e, "GET", "/api/v1/jobs", host); code != http.StatusOK {
+		if code, _ := send(t, e, "GET", "/api/v1/jobs", host); code != http.StatusOK {
 			t.Errorf("GET /api/v1/jobs with Host %s: %d, want 200", host, code)
 		}
 	}
-	if code := send(t, e, "POST", "/api/v1/stop", "evil.example", "Authorization", "Bearer "+e.token); code != http.StatusForbidden || stopRequested(r) {
+	if code, _ := send(t, e, "POST", "/api/v1/stop", "evil.example", "Authorization", "Bearer "+e.token); code != http.StatusForbidden || stopRequested(r) {
 		t.Fatalf("POST /api/v1/stop with the token and Host evil.example: %d, want 403 and no stop", code)
 	}
 }
@@ -136,11 +137,11 @@ func TestHTTPStop(t *testing.T) {
 		{[]string{"Sec-Fetch-Site", "cross-site", "Authorization", "Bearer " + e.token}, http.StatusForbidden},
 		{[]string{"Sec-Fetch-Site", "same-site", "Origin", "http://localhost:1", "Authorization", "Bearer " + e.token}, http.StatusForbidden},
 	} {
-		if code := send(t, e, "POST", "/api/v1/stop", "", c.headers...); code != c.want || stopRequested(r) {
+		if code, _ := send(t, e, "POST", "/api/v1/stop", "", c.headers...); code != c.want || stopRequested(r) {
 			t.Fatalf("POST /api/v1/stop with %q: %d (stop requested: %v), want %d and no stop", c.headers, code, stopRequested(r), c.want)
 		}
 	}
-	if code := send(t, e, "POST", "/api/v1/stop", "", "Authorization", "Bearer "+e.token, "Origin", "http://"+e.addr); code != http.StatusAccepted || !stopRequested(r) {
+	if code, _ := send(t, e, "POST", "/api/v1/stop", "", "Authorization", "Bearer "+e.token, "Origin", "http://"+e.addr); code != http.StatusAccepted || !stopRequested(r) {
 		t.Fatalf("POST /api/v1/stop with the token: %d (stop requested: %v), want 202 and a stop", code, stopRequested(r))
 	}
 }
@@ -153,15 +154,15 @@ func TestHTTPCrossOriginRead(t *testing.T) {
 	e := serveTest(t, r, "127.0.0.1:0", pipelines.HTTP{})
 	for _, h := range [][]string{{"Origin", "http://evil.example"}, {"Sec-Fetch-Site", "cross-site"}, {"Origin", "http://localhost:1"}} {
 		for _, path := range []string{"/api/v1/tables/t/rows", "/api/v1/tables", "/api/v1/jobs"} {
-			if code := send(t, e, "GET", path, "", h...); code != http.StatusForbidden {
+			if code, _ := send(t, e, "GET", path, "", h...); code != http.StatusForbidden {
 				t.Errorf("GET %s with %q: %d, want 403", path, h, code)
 			}
 		}
 	}
-	if code := send(t, e, "GET", "/api/v1/tables/t/rows", "", "Origin", "http://"+e.addr, "Sec-Fetch-Site", "same-origin"); code != http.StatusNotFound {
+	if code, _ := send(t, e, "GET", "/api/v1/tables/t/rows", "", "Origin", "http://"+e.addr, "Sec-Fetch-Site", "same-origin"); code != http.StatusNotFound {
 		t.Errorf("GET the rows of an unknown table from the same origin: %d, want 404", code)
 	}
-	if code := send(t, e, "GET", "/metrics", "", "Sec-Fetch-Site", "cross-site"); code != http.StatusOK {
+	if code, _ := send(t, e, "GET", "/metrics", "", "Sec-Fetch-Site", "cross-site"); code != http.StatusOK {
 		t.Errorf("GET /metrics from another site: %d, want 200", code)
 	}
 }
@@ -201,13 +202,13 @@ func TestHTTPNonLoopback(t *testing.T) {
 	if !strings.Contains(log.String(), "level=WARN msg=\"http listening on a non-loopback address without TLS") {
 		t.Errorf("no warning of a non-loopback address:\n%s", log.String())
 	}
-	if code := send(t, e, "GET", "/api/v1/tables", ""); code != http.StatusUnauthorized {
+	if code, _ := send(t, e, "GET", "/api/v1/tables", ""); code != http.StatusUnauthorized {
 		t.Errorf("GET /api/v1/tables without the token: %d, want 401", code)
 	}
-	if code := send(t, e, "GET", "/api/v1/tables", "", "Authorization", "Bearer "+e.token); code != http.StatusOK {
+	if code, _ := send(t, e, "GET", "/api/v1/tables", "", "Authorization", "Bearer "+e.token); code != http.StatusOK {
 		t.Errorf("GET /api/v1/tables with the token: %d, want 200", code)
 	}
-	if code := send(t, e, "GET", "/metrics", ""); code != http.StatusOK {
+	if code, _ := send(t, e, "GET", "/metrics", ""); code != http.StatusOK {
 		t.Errorf("GET /metrics: %d, want 200", code)
 	}
 	r2, log2 := testRunner(t)
