@@ -21,17 +21,25 @@ const tableMinFreeEnv = "EBBFLOW_TEST_TABLE_MIN_FREE"
 
 // stoppedQuickstart runs the quickstart with a bounded generator until
 // every paid order is in the table, stops it gracefully and returns the
-// data directory and the orders the table holds.
-func stoppedQuickstart(t *testing.T) (dir, orders string) {
+
+// quickstartRun returns the arguments that run the quickstart job in dir
+// with a generator of count orders at rate per second, and the exact table.
+func quickstartRun(t *testing.T, dir string, count, rate int) ([]string, map[string]map[string]any) {
 	t.Helper()
-	const count = 600
-	dir = t.TempDir()
-	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=2000"}
-	want, _ := quickstartOracle(t, sets, count)
+	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), fmt.Sprintf("source.datagen.rate=%d", rate)}
+	want, _ := quickstartOracle(t, sets, int64(count))
 	args := []string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
+	return args, want
+}
+
+// data directory and the orders the table holds.
+func stoppedQuickstart(t *testing.T) (dir, orders string) {
+	t.Helper()
+	dir = t.TempDir()
+	args, want := quickstartRun(t, dir, 600, 2000)
 	c := start(t, nil, args...)
 	waitFor(t, c, 60*time.Second, "every paid order in the table", func() bool {
 		return liveRunner(dir) != "" && totalOrders(scanJSON(t, dir, "revenue", "region")) == totalOrders(want)
@@ -144,14 +152,8 @@ func (l testLogger) Fatalf(format string, args ...any) { l.t.Fatalf(format, args
 // space "freed", it finishes with exactly the totals of the input, while
 // /readyz warns about the free space and /metrics exports it.
 func TestAbuseDiskFull(t *testing.T) {
-	const count = 800
 	dir := t.TempDir()
-	sets := []string{fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=400"}
-	want, _ := quickstartOracle(t, sets, count)
-	args := []string{"run", "-f", quickstart, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
+	args, want := quickstartRun(t, dir, 800, 400)
 	c := start(t, nil, args...)
 	waitFor(t, c, 60*time.Second, "some orders in the table", func() bool {
 		return liveRunner(dir) != "" && totalOrders(scanJSON(t, dir, "revenue", "region")) != "0"
