@@ -19,9 +19,6 @@ import (
 // makes the data directory look full to them.
 const tableMinFreeEnv = "EBBFLOW_TEST_TABLE_MIN_FREE"
 
-// stoppedQuickstart runs the quickstart with a bounded generator until
-// every paid order is in the table, stops it gracefully and returns the
-
 // quickstartRun returns the arguments that run the quickstart job in dir
 // with a generator of count orders at rate per second, and the exact table.
 func quickstartRun(t *testing.T, dir string, count, rate int) ([]string, map[string]map[string]any) {
@@ -35,6 +32,8 @@ func quickstartRun(t *testing.T, dir string, count, rate int) ([]string, map[str
 	return args, want
 }
 
+// stoppedQuickstart runs the quickstart with a bounded generator until
+// every paid order is in the table, stops it gracefully and returns the
 // data directory and the orders the table holds.
 func stoppedQuickstart(t *testing.T) (dir, orders string) {
 	t.Helper()
