@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ type runFlags struct {
 	summary        time.Duration
 	embeddedPort   int
 	minFreeSpace   uint64
+	cpuProfile     string
 }
 
 func newRunCmd() *cobra.Command {
@@ -55,6 +57,13 @@ func newRunCmd() *cobra.Command {
 		Use:   "run -f job.yaml [-f more.yaml]",
 		Short: "Run jobs until they end or a stop (SIGTERM, SIGINT, runner stop) takes a final checkpoint",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.cpuProfile != "" {
+				stop, err := startCPUProfile(f.cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return run(context.Background(), &f)
 		},
 	}
@@ -70,6 +79,7 @@ func newRunCmd() *cobra.Command {
 	fl.DurationVar(&f.summary, "summary", 5*time.Second, "how often to log a summary line (0: never)")
 	fl.IntVar(&f.embeddedPort, "embedded-kafka-port", 0, "port of the embedded broker on 127.0.0.1 (default: the jobs' embedded_kafka.port, else any free one)")
 	fl.Uint64Var(&f.minFreeSpace, "min-free-space", 1<<30, "bytes free in the data directory below which /readyz warns")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
@@ -417,4 +427,24 @@ func listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	return ln, nil
+}
+
+// startCPUProfile profiles the process until the returned stop is called, for
+// `go tool pprof` over a whole run (benchmarks, a job that is slower than
+// expected).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "cpu profile %s: %v\n", path, err)
+		}
+	}, nil
 }
