@@ -162,7 +162,7 @@ func run(brokers []string, records, users, partitions, parallelism, rounds int, 
 		return err
 	}
 	fmt.Printf("seed %d: preloading %d records of %d users over %d partitions\n", seed, records, users, partitions)
-	b.topic = fmt.Sprintf("peers-%d", seed)
+	b.topic = fmt.Sprintf("peers-%d-%s", seed, strconv.FormatInt(time.Now().UnixNano(), 36))
 	if b.oracle, err = preload(ctx, brokers, b.topic, records, users, partitions, seed); err != nil {
 		return err
 	}
