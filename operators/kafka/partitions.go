@@ -132,3 +132,29 @@ func decodeOffsets(items [][]byte) (restoredOffsets, error) {
 	}
 	return r, nil
 }
+
+// CheckpointedOffsets returns what a completed checkpoint holds of a Kafka
+// source: per topic and partition, the next offset to read (every record
+// before it was handed to the job before the checkpoint's barrier). op is
+// the source operator's snapshot in the checkpoint's metadata.
+func CheckpointedOffsets(op state.OperatorSnapshot) (map[string]map[int32]int64, error) {
+	var items [][]byte
+	for _, st := range op.Subtasks {
+		items = append(items, st.Unions[offsetsUnion]...)
+	}
+	r, err := decodeOffsets(items)
+	if err != nil {
+		return nil, err
+	}
+	if !r.ok {
+		return nil, fmt.Errorf("kafka offsets: the checkpoint holds none: %w", state.ErrCorrupt)
+	}
+	out := map[string]map[int32]int64{}
+	for tp, next := range r.next {
+		if out[tp.topic] == nil {
+			out[tp.topic] = map[int32]int64{}
+		}
+		out[tp.topic][tp.partition] = next
+	}
+	return out, nil
+}

@@ -15,10 +15,10 @@ import (
 // lanesUnion names the datagen positions in checkpoints.
 const lanesUnion = "datagen-lanes"
 
-// lane is one share of a datagen's records: lane l of L makes records l,
-// l+L, l+2L, ...; Next is the next one. A fresh job has one lane per
-// subtask; a restore at another parallelism deals the lanes out again.
-type lane struct {
+// DatagenLane is one share of a datagen's records: lane l of L makes
+// records l, l+L, l+2L, ...; Next is the next one. A fresh job has one lane
+// per subtask; a restore at another parallelism deals the lanes out again.
+type DatagenLane struct {
 	ID   int64 `json:"id"`
 	Of   int64 `json:"of"`
 	Next int64 `json:"next"`
@@ -30,7 +30,7 @@ type genSource struct {
 	gen   *pipelines.Generator
 	rate  float64 // records/s over all subtasks; 0: no limit
 	count int64   // 0: endless
-	lanes []lane
+	lanes []DatagenLane
 	share float64 // this subtask's part of rate
 	start time.Time
 	made  int64
@@ -44,11 +44,11 @@ func newGenSource(gen *pipelines.Generator, d *pipelines.DatagenSource) func() r
 func (s *genSource) Open(ctx *runtime.Context) error {
 	items := ctx.State.Unions[lanesUnion]
 	if !ctx.RestoredOK || items == nil {
-		s.lanes = []lane{{ID: int64(ctx.Subtask), Of: int64(ctx.Parallelism), Next: int64(ctx.Subtask)}}
+		s.lanes = []DatagenLane{{ID: int64(ctx.Subtask), Of: int64(ctx.Parallelism), Next: int64(ctx.Subtask)}}
 	}
 	total := len(items)
 	for _, item := range items {
-		var l lane
+		var l DatagenLane
 		if err := json.Unmarshal(item, &l); err != nil {
 			return fmt.Errorf("%w: datagen position: %v", runtime.ErrRestore, err)
 		}
@@ -90,7 +90,7 @@ func (s *genSource) Read(buf []Row) ([]Row, error) {
 }
 
 // take returns the next lane with records left, round robin, or nil.
-func (s *genSource) take() *lane {
+func (s *genSource) take() *DatagenLane {
 	for range s.lanes {
 		l := &s.lanes[s.next]
 		s.next = (s.next + 1) % len(s.lanes)

@@ -158,7 +158,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		}
 		id := TransactionalID(deployment, cl.job, name, cl.spec.TransactionalID)
 		former := slices.DeleteFunc(exporterHolds, func(h string) bool { return h == id })
-		conn, err := e.kafkaConnection(cl.spec.Connection)
+		conn, err := e.KafkaConnection(cl.spec.Connection)
 		if err != nil {
 			return fmt.Errorf("table %q changelog: %w", name, err)
 		}
@@ -302,8 +302,9 @@ func (e *Env) EmbeddedBrokers() []string {
 	return nil
 }
 
-// kafkaConnection maps a connection of a job file to the Kafka package's.
-func (e *Env) kafkaConnection(c pipelines.Connection) (kafka.Connection, error) {
+// KafkaConnection maps a connection of a job file to the Kafka package's,
+// starting the embedded broker when c names it.
+func (e *Env) KafkaConnection(c pipelines.Connection) (kafka.Connection, error) {
 	brokers, err := e.Brokers(c)
 	if err != nil {
 		return kafka.Connection{}, err

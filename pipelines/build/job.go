@@ -168,7 +168,7 @@ func (e *Env) datagen(j *Job, i int) (runtime.Stream[Row], error) {
 	if d.Topic == "" {
 		return runtime.FromSource(j.rt, src.Name, newGenSource(gen, d)), nil
 	}
-	conn, err := e.kafkaConnection(d.Kafka)
+	conn, err := e.KafkaConnection(d.Kafka)
 	if err != nil {
 		return runtime.Stream[Row]{}, err
 	}
@@ -191,20 +191,12 @@ func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.
 	if err != nil {
 		return runtime.Stream[fromKafka]{}, nil, err
 	}
-	rows := j.p.NewRowBuilder()
+	rows := rowFormat(j.p, k)
 	format := func() kafka.Decoder[fromKafka] {
-		dec := kafka.JSONWith(rows.FromJSON)()
+		dec := rows()
 		return func(r *kgo.Record) (fromKafka, error) {
 			row, err := dec(r)
 			return fromKafka{row: row, rec: r}, err
-		}
-	}
-	if k.Format == pipelines.FormatRaw {
-		format = func() kafka.Decoder[fromKafka] {
-			return func(r *kgo.Record) (fromKafka, error) {
-				row, err := rows.FromRaw(r.Key, r.Value)
-				return fromKafka{row: row, rec: r}, err
-			}
 		}
 	}
 	ks, err := kafka.NewSource(cfg, format)
@@ -215,10 +207,22 @@ func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.
 	return runtime.FromSource(j.rt, name, ks.New), policy, nil
 }
 
+// rowFormat decodes the records of a Kafka source of plain records (format
+// json or raw) into rows of p.
+func rowFormat(p *pipelines.Pipeline, k *pipelines.KafkaSource) kafka.Format[Row] {
+	rows := p.NewRowBuilder()
+	if k.Format == pipelines.FormatRaw {
+		return func() kafka.Decoder[Row] {
+			return func(r *kgo.Record) (Row, error) { return rows.FromRaw(r.Key, r.Value) }
+		}
+	}
+	return kafka.JSONWith(rows.FromJSON)
+}
+
 // kafkaSource maps a Kafka source of a job file to the Kafka package's
 // configuration and the policy for records that fail.
 func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy, error) {
-	conn, err := e.kafkaConnection(k.Connection)
+	conn, err := e.KafkaConnection(k.Connection)
 	if err != nil {
 		return kafka.Config{}, nil, err
 	}

@@ -92,10 +92,7 @@ func (o *transformOp) ProcessBatch(in []Row, out *runtime.Collector[Row]) error 
 // process runs the steps on r and emits it unless a filter dropped it; a
 // failure goes to the policy.
 func (o *transformOp) process(r Row, out *runtime.Collector[Row]) error {
-	keep, err := o.tr.Apply(r)
-	if err == nil && keep {
-		err = checkTables(o.p, r)
-	}
+	keep, err := transform(o.p, o.tr, r)
 	if err != nil {
 		return o.failed(o.rows.AppendJSON(nil, r), err)
 	}
@@ -118,6 +115,17 @@ func (o *transformOp) failed(record []byte, err error) error {
 	// A restart would meet the same record again: fail for good, as the
 	// Kafka source does with a record it cannot decode.
 	return runtime.Permanent(fmt.Errorf("record %s: %w", record, err))
+}
+
+// transform runs the steps of p on r in place and then checks r against
+// p's tables; false: a filter dropped it. An error is for the source's
+// on_error policy.
+func transform(p *pipelines.Pipeline, tr *pipelines.Transformer, r Row) (bool, error) {
+	keep, err := tr.Apply(r)
+	if err == nil && keep {
+		err = checkTables(p, r)
+	}
+	return keep, err
 }
 
 // checkTables finds, before the record reaches a writer (where an error
