@@ -26,45 +26,52 @@ func columns(s aggmerge.Schema) []string {
 	return names
 }
 
-// rowCells renders a row as one JSON value per column, key first. Sketch
-// columns show their count: rbm32/rbm64 the exact number of distinct ids,
-// hll the estimate.
+// rowCells renders a row as one JSON value per column, key first (see
+// cell).
 func rowCells(s aggmerge.Schema, r aggmerge.Row) ([]string, error) {
 	cells := make([]string, 0, len(s.Key)+len(s.Values))
 	for _, v := range r.Key {
 		cells = append(cells, string(agg.AppendJSON(nil, v)))
 	}
 	for i, c := range s.Values {
-		v := r.Values[i]
-		if !v.IsNull() {
-			var n uint64
-			var err error
-			switch c.Func {
-			case "rbm32":
-				b, e := agg.Bitmap32(v)
-				if err = e; e == nil {
-					n = b.GetCardinality()
-				}
-			case "rbm64":
-				b, e := agg.Bitmap64(v)
-				if err = e; e == nil {
-					n = b.GetCardinality()
-				}
-			case "hll":
-				n, err = agg.HLLEstimate(v)
-			default:
-				cells = append(cells, string(agg.AppendJSON(nil, v)))
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("column %s: %w", c.Name, err)
-			}
-			cells = append(cells, strconv.FormatUint(n, 10))
-			continue
+		cell, err := valueCell(c, r.Values[i])
+		if err != nil {
+			return nil, err
 		}
-		cells = append(cells, "null")
+		cells = append(cells, cell)
 	}
 	return cells, nil
+}
+
+// valueCell renders the value of column c as JSON. Sketch columns show
+// their count: rbm32/rbm64 the exact number of distinct ids, hll the
+// estimate.
+func valueCell(c aggmerge.Column, v agg.Value) (string, error) {
+	if v.IsNull() {
+		return "null", nil
+	}
+	var n uint64
+	var err error
+	switch c.Func {
+	case "rbm32":
+		b, e := agg.Bitmap32(v)
+		if err = e; e == nil {
+			n = b.GetCardinality()
+		}
+	case "rbm64":
+		b, e := agg.Bitmap64(v)
+		if err = e; e == nil {
+			n = b.GetCardinality()
+		}
+	case "hll":
+		n, err = agg.HLLEstimate(v)
+	default:
+		return string(agg.AppendJSON(nil, v)), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("column %s: %w", c.Name, err)
+	}
+	return strconv.FormatUint(n, 10), nil
 }
 
 // parseKey reads a primary key written as a JSON object of the key columns

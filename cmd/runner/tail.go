@@ -27,17 +27,18 @@ type tailOptions struct {
 // latest o.n records of the whole topic, or with o.fromStart all of them,
 // and with o.follow goes on with the records that come until ctx is done.
 func tailChangelog(ctx context.Context, w io.Writer, brokers []string, topic string, o tailOptions) error {
-	starts, ends, err := topicOffsets(ctx, brokers, topic)
+	conn := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	starts, ends, err := topicOffsets(ctx, conn, strings.Join(brokers, ","), topic)
 	if err != nil {
 		return err
 	}
 	emit := func(r *kgo.Record) error { return printRecord(w, r) }
 	switch {
 	case o.fromStart:
-		err = readPartitions(ctx, brokers, topic, starts, ends, emit)
+		err = readPartitions(ctx, conn, topic, starts, ends, emit)
 	case o.n > 0:
 		var recs []*kgo.Record
-		if recs, err = latest(ctx, brokers, topic, starts, ends, o.n); err == nil {
+		if recs, err = latest(ctx, conn, topic, starts, ends, o.n); err == nil {
 			for _, r := range recs {
 				if err = emit(r); err != nil {
 					break
@@ -48,13 +49,14 @@ func tailChangelog(ctx context.Context, w io.Writer, brokers []string, topic str
 	if err != nil || !o.follow {
 		return err
 	}
-	return readPartitions(ctx, brokers, topic, ends, nil, emit)
+	return readPartitions(ctx, conn, topic, ends, nil, emit)
 }
 
 // topicOffsets returns the start and the last stable offset of every
-// partition of topic.
-func topicOffsets(ctx context.Context, brokers []string, topic string) (starts, ends map[int32]int64, err error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// partition of topic, on the cluster that conn reaches (named cluster in
+// messages).
+func topicOffsets(ctx context.Context, conn []kgo.Opt, cluster, topic string) (starts, ends map[int32]int64, err error) {
+	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,10 +68,10 @@ func topicOffsets(ctx context.Context, brokers []string, topic string) (starts, 
 			err = listed.Error()
 		}
 		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return nil, fmt.Errorf("topic %q does not exist on %s", topic, strings.Join(brokers, ","))
+			return nil, fmt.Errorf("topic %q does not exist on %s", topic, cluster)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("tail %q: list offsets: %w", topic, err)
+			return nil, fmt.Errorf("list the offsets of topic %q: %w", topic, err)
 		}
 		m := map[int32]int64{}
 		listed.Each(func(o kadm.ListedOffset) { m[o.Partition] = o.Offset })
@@ -82,7 +84,8 @@ func topicOffsets(ctx context.Context, brokers []string, topic string) (starts, 
 	return starts, ends, err
 }
 
-// readPartitions reads topic (read_committed) from the offset of each
+// readPartitions reads topic (read_committed, unless conn, the connection's
+// options, says otherwise) from the offset of each
 // partition in from up to its offset in until, or on until ctx is done when
 // until is nil, and calls fn with each record, in order per partition.
 // until must not pass a partition's last stable offset. A partition is done
@@ -90,7 +93,7 @@ func topicOffsets(ctx context.Context, brokers []string, topic string) (starts, 
 // aborted record, which read_committed skips, but the last stable offset
 // follows a record or a transaction marker, which the reader keeps for
 // that.
-func readPartitions(ctx context.Context, brokers []string, topic string, from, until map[int32]int64, fn func(*kgo.Record) error) error {
+func readPartitions(ctx context.Context, conn []kgo.Opt, topic string, from, until map[int32]int64, fn func(*kgo.Record) error) error {
 	offsets := map[int32]kgo.Offset{}
 	for p, o := range from {
 		if until == nil || o < until[p] {
@@ -100,8 +103,8 @@ func readPartitions(ctx context.Context, brokers []string, topic string, from, u
 	if until != nil && len(offsets) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, conn...)...)
 	if err != nil {
 		return err
 	}
@@ -112,7 +115,7 @@ func readPartitions(ctx context.Context, brokers []string, topic string, from, u
 			return nil // interrupted
 		}
 		if errs := fs.Errors(); len(errs) > 0 {
-			return fmt.Errorf("tail %s/%d: %w", topic, errs[0].Partition, errs[0].Err)
+			return fmt.Errorf("read %s/%d: %w", topic, errs[0].Partition, errs[0].Err)
 		}
 		for it := fs.RecordIter(); !it.Done(); {
 			r := it.Next()
@@ -140,7 +143,7 @@ func readPartitions(ctx context.Context, brokers []string, topic string, from, u
 // latest returns the n latest records of topic, oldest first: the last n
 // of each partition (read backwards in doubling windows, as transaction
 // markers and aborted records take offsets too), merged by timestamp.
-func latest(ctx context.Context, brokers []string, topic string, starts, ends map[int32]int64, n int) ([]*kgo.Record, error) {
+func latest(ctx context.Context, conn []kgo.Opt, topic string, starts, ends map[int32]int64, n int) ([]*kgo.Record, error) {
 	parts := map[int32][]*kgo.Record{}
 	from, until := map[int32]int64{}, map[int32]int64{}
 	for p, end := range ends {
@@ -150,7 +153,7 @@ func latest(ctx context.Context, brokers []string, topic string, starts, ends ma
 	}
 	for len(from) > 0 {
 		got := map[int32][]*kgo.Record{}
-		if err := readPartitions(ctx, brokers, topic, from, until, func(r *kgo.Record) error {
+		if err := readPartitions(ctx, conn, topic, from, until, func(r *kgo.Record) error {
 			got[r.Partition] = append(got[r.Partition], r)
 			return nil
 		}); err != nil || ctx.Err() != nil {
