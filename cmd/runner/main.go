@@ -24,6 +24,7 @@ const (
 	exitFailure   = 1 // a runtime failure
 	exitUsage     = 2 // invalid usage or job file
 	exitRestore   = 3 // restore failed, state incompatible or corrupt
+	exitDiffer    = 4 // verify: the table or its changelog differ from the input's exact result
 	exitInterrupt = 130
 )
 
@@ -81,7 +82,7 @@ func newRoot() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: exitUsage, err: err} })
 	root.AddCommand(newRunCmd(), newValidateCmd(), newCheckpointsCmd(), newTableCmd(), newChangelogCmd(),
-		newStopCmd(), newVersionCmd())
+		newStopCmd(), newVerifyCmd(), newVersionCmd())
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())
 		if c.Args == nil {
