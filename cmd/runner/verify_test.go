@@ -252,3 +252,26 @@ func TestVerifyKilledJob(t *testing.T) {
 		t.Fatalf("verify of the job run again and stopped: exit %d, want 0", code)
 	}
 }
+
+// TestVerifyUsage: what verify cannot check is bad usage (exit 2), said
+// before anything is opened: no job file, a source that reads a changelog,
+// one that does not start at the earliest offset, a generator of
+// wall-clock times.
+func TestVerifyUsage(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data-dir", dir}, "verify needs the job file"},
+		{[]string{"-f", "../../examples/chained/b.yaml", "--data-dir", dir}, "reads a changelog (format upsert-json): not supported offline"},
+		{[]string{"-f", "testdata/orders.yaml", "--set", "source.kafka.start_offset=latest", "--data-dir", dir}, "it needs start_offset: earliest"},
+		{[]string{"-f", quickstart, "--set", "source.datagen.topic=", "--set", "source.datagen.fields.at={now: true}", "--data-dir", dir},
+			"field at is the wall-clock time"},
+		{[]string{"--chaos", "0", "-f", quickstart}, "--chaos 0: want at least 1 kill"},
+	} {
+		if out, code := runVerify(t, nil, c.args...); code != exitUsage || !strings.Contains(out, c.want) {
+			t.Errorf("verify %v: exit %d, want %d and %q", c.args, code, exitUsage, c.want)
+		}
+	}
+}

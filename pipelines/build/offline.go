@@ -44,6 +44,11 @@ func NewOffline(p *pipelines.Pipeline) (*Offline, error) {
 		case src.Datagen != nil && src.Datagen.Topic != "":
 			dec = kafka.JSONWith(p.NewRowBuilder().FromJSON)()
 		case src.Datagen != nil:
+			for _, f := range src.Datagen.Fields {
+				if f.Now {
+					return nil, fmt.Errorf("source %q: field %s is the wall-clock time (now: true), so its records cannot be made again", src.Name, f.Name)
+				}
+			}
 			var err error
 			if gen, err = p.NewGenerator(i); err != nil {
 				return nil, err
