@@ -94,7 +94,7 @@ func chaos(ctx context.Context, w io.Writer, f *verifyFlags) error {
 		}
 		d := time.Duration(rng.Int64N(int64(c.killWithin)))
 		if ended := r.sleep(ctx, d); ended {
-			return r.failed(fmt.Sprintf("the runner of run %d exited before its kill", k))
+			return r.failed(fmt.Sprintf("the runner of run %d exited before its kill (an input that ended? give it more, or a shorter --kill-within)", k))
 		}
 		if err := r.kill(); err != nil {
 			return err
@@ -304,5 +304,9 @@ func (r *chaosRun) failed(what string) error {
 	if errors.As(r.err, &ee) && ee.ExitCode() > 0 {
 		code = ee.ExitCode()
 	}
-	return &exitError{code: code, err: fmt.Errorf("chaos: %s (%v); its log: %s", what, r.err, r.log)}
+	status := "exit 0"
+	if r.err != nil {
+		status = r.err.Error()
+	}
+	return &exitError{code: code, err: fmt.Errorf("chaos: %s (%s); its log: %s", what, status, r.log)}
 }

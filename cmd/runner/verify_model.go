@@ -96,8 +96,9 @@ func keyJSON(names []string, key []agg.Value) string {
 	return string(append(b, '}'))
 }
 
-// add folds one write of lane l into the model; an error is one the
-// table would meet too (an overflow), which fails the job.
+// add folds one write of lane l into the model (key and vals are not
+// kept); an error is one the table would meet too (an overflow), which
+// fails the job.
 func (m *model) add(l lane, key, vals []agg.Value) error {
 	k := keyJSON(m.keyNames, key)
 	r := m.rows[k]

@@ -135,8 +135,10 @@ func decodeOffsets(items [][]byte) (restoredOffsets, error) {
 
 // CheckpointedOffsets returns what a completed checkpoint holds of a Kafka
 // source: per topic and partition, the next offset to read (every record
-// before it was handed to the job before the checkpoint's barrier). op is
-// the source operator's snapshot in the checkpoint's metadata.
+// before it was handed to the job before the checkpoint's barrier; 0 for a
+// partition that was to start at the earliest offset and had handed out
+// nothing). op is the source operator's snapshot in the checkpoint's
+// metadata.
 func CheckpointedOffsets(op state.OperatorSnapshot) (map[string]map[int32]int64, error) {
 	var items [][]byte
 	for _, st := range op.Subtasks {
@@ -154,7 +156,7 @@ func CheckpointedOffsets(op state.OperatorSnapshot) (map[string]map[int32]int64,
 		if out[tp.topic] == nil {
 			out[tp.topic] = map[int32]int64{}
 		}
-		out[tp.topic][tp.partition] = next
+		out[tp.topic][tp.partition] = max(0, next) // atEarliest: none handed out
 	}
 	return out, nil
 }
