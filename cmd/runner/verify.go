@@ -178,10 +178,11 @@ func verify(ctx context.Context, w io.Writer, dataDir string, p *pipelines.Pipel
 			return err
 		}
 		c.sides = append(c.sides, side)
-	} else {
-		fmt.Fprintf(w, "changelog: table %q publishes none\n", table)
 	}
 	n := c.report(w, maxDiffs)
+	if p.Tables[si].Spec.Changelog == nil {
+		fmt.Fprintf(w, "changelog: table %q publishes none\n", table)
+	}
 	n += len(in.failures)
 	for i, f := range in.failures {
 		if i == maxDiffs {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +11,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/pipelines/build"
 )
 
 // chaosFlags are the flags of verify --chaos.
@@ -26,6 +32,7 @@ type chaosFlags struct {
 	settle     time.Duration
 	records    int64
 	keep       bool
+	copyInput  bool
 	dir        string // --data-dir, when given
 }
 
@@ -37,6 +44,7 @@ func (c *chaosFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&c.settle, "settle", 3*time.Second, "--chaos: how long the last run goes on before it is stopped (SIGTERM), unless its input ends first")
 	fl.Int64Var(&c.records, "records", 10000, "--chaos: the count of a datagen source that has none (an endless one)")
 	fl.BoolVar(&c.keep, "keep", false, "--chaos: keep the data directory after a pass (it is always kept after a failure)")
+	fl.BoolVar(&c.copyInput, "copy-input", false, "--chaos: copy the topics of each Kafka source, up to their end as of the start, into <topic>-verify-<seed> on the same cluster, and run the job on the copies")
 }
 
 // chaos runs the job of f under f.chaos.kills SIGKILLs in a fresh data
@@ -60,7 +68,7 @@ func chaos(ctx context.Context, w io.Writer, f *verifyFlags) error {
 	}
 	fmt.Fprintf(w, "chaos: seed %d (repeat with --seed %d)\n", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	sets, err := chaosSets(f, seed)
+	sets, err := chaosSets(ctx, w, f, seed)
 	if err != nil {
 		return err
 	}
@@ -164,8 +172,9 @@ func chaosDir(f *verifyFlags) (dir string, made bool, err error) {
 }
 
 // chaosSets returns the overrides that keep a chaos run off the job's own
-// group and topics and bound its datagen sources.
-func chaosSets(f *verifyFlags, seed int64) ([]string, error) {
+// group and topics and bound its datagen sources; with --copy-input it
+// copies the Kafka sources' topics first.
+func chaosSets(ctx context.Context, w io.Writer, f *verifyFlags, seed int64) ([]string, error) {
 	p := f.jobs[0]
 	suffix := "-verify-" + strconv.FormatInt(seed, 10)
 	var sets []string
@@ -192,6 +201,12 @@ func chaosSets(f *verifyFlags, seed int64) ([]string, error) {
 				"give the source a broker (--set source.kafka.brokers=[host:port])", s.Name)
 		case s.Kafka != nil:
 			err = set("source", i, "kafka.group", s.Kafka.Group+suffix)
+			if err == nil && f.chaos.copyInput {
+				var copies []string
+				if copies, err = copyTopics(ctx, w, s, suffix); err == nil {
+					err = set("source", i, "kafka.topics", "["+strings.Join(copies, ",")+"]")
+				}
+			}
 			if err == nil && s.Kafka.DeadLetterTopic != "" {
 				err = set("source", i, "kafka.dead_letter_topic", s.Kafka.DeadLetterTopic+suffix)
 			}
@@ -309,4 +324,72 @@ func (r *chaosRun) failed(what string) error {
 		status = r.err.Error()
 	}
 	return &exitError{code: code, err: fmt.Errorf("chaos: %s (%s); its log: %s", what, status, r.log)}
+}
+
+// copyTopics copies the topics of Kafka source s (read as the source reads
+// them, from the start up to their last stable offsets as of now) into
+// new topics named <topic><suffix> with as many partitions, each record to
+// the same partition with its key, value, headers and timestamp, and
+// returns the copies' names.
+func copyTopics(ctx context.Context, w io.Writer, s pipelines.Source, suffix string) ([]string, error) {
+	if s.Kafka.TopicPattern != "" {
+		return nil, usageErr("--copy-input copies the topics a source names: source %q has topic_pattern", s.Name)
+	}
+	env := build.NewEnv(build.Options{})
+	defer env.Close()
+	conn, err := env.KafkaConnection(s.Kafka.Connection) // not embedded: checked
+	if err != nil {
+		return nil, err
+	}
+	opts, err := conn.Options()
+	if err != nil {
+		return nil, err
+	}
+	if s.Kafka.IsolationLevel == "read_uncommitted" {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var copies []string
+	for _, topic := range s.Kafka.Topics {
+		starts, ends, err := topicOffsets(ctx, opts, s.Kafka.Cluster(), topic)
+		if err != nil {
+			return nil, fmt.Errorf("copy topic %q: %w", topic, err)
+		}
+		dst := topic + suffix
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, int32(len(ends)), -1, nil, dst); err != nil {
+			return nil, fmt.Errorf("copy topic %q: create %q: %w", topic, dst, err)
+		}
+		n := 0
+		var mu sync.Mutex
+		var produceErr error
+		err = readPartitions(ctx, opts, topic, starts, ends, func(r *kgo.Record) error {
+			n++
+			c := &kgo.Record{Topic: dst, Partition: r.Partition, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
+			cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				produceErr = cmp.Or(produceErr, err)
+			})
+			return nil
+		})
+		if err == nil {
+			err = cl.Flush(ctx)
+		}
+		mu.Lock()
+		err = cmp.Or(err, produceErr)
+		mu.Unlock()
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("copy topic %q to %q: %w", topic, dst, err)
+		}
+		fmt.Fprintf(w, "chaos: copied %d records of topic %q into %q\n", n, topic, dst)
+		copies = append(copies, dst)
+	}
+	return copies, nil
 }

@@ -298,3 +298,44 @@ func TestVerifyUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyChaosCopyInput runs verify --chaos 2 --copy-input on a job
+// reading a Kafka topic of orders (three partitions): the
+// topic is copied into one of the chaos run's own, the job runs on the
+// copy under two SIGKILLs, and verify recomputes it from the copy: equal.
+// A user's orders are spread over the partitions, so its last region and
+// order are those of one of them (the interleaving is not defined).
+func TestVerifyChaosCopyInput(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	const n = 3000
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		user := fmt.Sprintf("u%02d", i%37)
+		status := []string{"PAID", "PAID", "PAID", "CANCELLED"}[i%4]
+		recs[i] = &kgo.Record{Topic: topic, Partition: int32(i % 3), Key: []byte(user), Value: fmt.Appendf(nil,
+			`{"seq":%d,"user":%q,"region":%q,"amount":%d,"status":%q}`, i, user, []string{"eu", "us", "asia"}[i%3], 1+i%500, status)}
+	}
+	kafkatest.Produce(t, brokers, recs...)
+	seed := fmt.Sprint(time.Now().UnixNano())
+	if *seedFlag != 0 {
+		seed = fmt.Sprint(*seedFlag)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), kafkatest.Timeout)
+		defer cancel()
+		_, _ = kafkatest.Admin(t, brokers).DeleteTopics(ctx, topic+"-verify-"+seed)
+	})
+	out, code := runVerify(t, []string{syncWritesEnv + "=1"}, "--chaos", "2", "--copy-input", "--seed", seed, "--kill-within", "800ms", "--settle", "1s",
+		"--data-dir", t.TempDir(), "-f", "testdata/orders.yaml",
+		"--set", "source.kafka.brokers=["+strings.Join(brokers, ",")+"]", "--set", "source.kafka.topics=["+topic+"]")
+	if code != 0 {
+		t.Fatalf("verify --chaos 2 --copy-input: exit %d, want 0", code)
+	}
+	for _, s := range []string{fmt.Sprintf("copied %d records of topic %q into %q", n, topic, topic+"-verify-"+seed),
+		fmt.Sprintf("input: source \"kafka\" topic %q up to offsets", topic+"-verify-"+seed), "table: equal", `changelog: table "totals" publishes none`, "verify: equal"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("verify --chaos --copy-input output does not say %q", s)
+		}
+	}
+}
