@@ -224,33 +224,45 @@ func TestVerifyChaosCatchesDoubleCounting(t *testing.T) {
 }
 
 // TestVerifyKilledJob kills a runner (SIGKILL, table writes synced) while
-// orders stream in: its table then holds writes past the latest
-// checkpoint, which verify refuses to compare (exit 1, saying what to do);
-// run again and stopped, the job verifies equal. A kill that lands between
-// a checkpoint and the next write leaves nothing past it, and verify finds
-// the table equal (exit 0): then the job runs and is killed again, up to 5
-// times.
+// orders stream in, once the table shows orders written after its latest
+// checkpoint: its table then holds writes past that checkpoint, which
+// verify refuses to compare (exit 1, saying what to do); run again and
+// stopped, the job verifies equal. A kill that still lands right after a
+// checkpoint leaves nothing past it, and verify finds the table equal
+// (exit 0): then the job runs and is killed again, up to 5 times.
 func TestVerifyKilledJob(t *testing.T) {
 	dir := t.TempDir()
 	j := newVerifyJob(t, 60000, 3000)
 	run := append([]string{"run", "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}, j.file...)
 	args := append([]string{"--data-dir", dir}, j.file...)
-	completed := func() int {
+	latest := func() int64 {
 		cps, _ := build.ListCheckpoints(dir, "quickstart")
-		n := 0
+		id := int64(-1)
 		for _, c := range cps {
 			if c.Completed {
-				n++
+				id = max(id, int64(c.ID))
 			}
 		}
-		return n
+		return id
 	}
 	refused := false
 	for attempt := 1; attempt <= 5 && !refused; attempt++ {
-		before := completed()
+		before := latest()
 		c := start(t, []string{syncWritesEnv + "=1"}, run...)
-		// the restore's checkpoint, then a periodic one: orders flow
-		waitFor(t, c, 60*time.Second, "two checkpoints of this run", func() bool { return completed() >= before+2 })
+		// the restore's checkpoint, then a periodic one: orders flow; then
+		// more orders in the table than just after the latest checkpoint
+		waitFor(t, c, 60*time.Second, "two checkpoints of this run", func() bool { return latest() >= before+2 && liveRunner(dir) != "" })
+		total := func() string { return totalOrders(scanJSON(t, dir, "revenue", "region")) }
+		id := latest()
+		orders := total() // read after checkpoint id completed
+		waitFor(t, c, 60*time.Second, "orders written past a checkpoint", func() bool {
+			got := total()
+			if now := latest(); now != id { // a newer one may cover got: start over from it
+				id, orders = now, total()
+				return false
+			}
+			return got != orders
+		})
 		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
