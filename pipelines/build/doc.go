@@ -23,6 +23,14 @@
 // record to the transforms, so that a row whose expressions fail is
 // dead-lettered (kafka.DeadLetterWriter) with its origin.
 //
+// Offline is the same record path outside a job, for an oracle that
+// recomputes a job's tables from its input (runner verify): a Kafka
+// source's decoding (rowFormat), the steps and the tables' checks
+// (transform, as the transforms operator runs them), the datagen's
+// records, and the writers' mapping (mapper), each shared with the job's
+// wiring rather than copied; CoveredBy reads what a completed checkpoint
+// covers of each source.
+//
 // A table's changelog exporter gets the transactional id
 // ebbflow-<deployment>-<job>-<table> (DeploymentID: made once per data
 // directory), or the file's changelog.transactional_id; the ids of holds
