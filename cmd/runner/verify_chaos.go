@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/internal/proc"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 )
@@ -104,8 +105,8 @@ func chaos(ctx context.Context, w io.Writer, f *verifyFlags) error {
 		if ended := r.sleep(ctx, d); ended {
 			return r.failed(fmt.Sprintf("the runner of run %d exited before its kill (an input that ended? give it more, or a shorter --kill-within)", k))
 		}
-		if err := r.kill(); err != nil {
-			return err
+		if err := r.Kill(); err != nil {
+			return fmt.Errorf("chaos: %w", err)
 		}
 		fmt.Fprintf(w, "chaos: run %d killed (SIGKILL) %s after it was up\n", k, d.Round(time.Millisecond))
 	}
@@ -117,17 +118,17 @@ func chaos(ctx context.Context, w io.Writer, f *verifyFlags) error {
 		return err
 	}
 	if ended := r.sleep(ctx, c.settle); !ended {
-		if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := r.Signal(syscall.SIGTERM); err != nil {
 			return fmt.Errorf("chaos: stop the runner: %w", err)
 		}
 		select {
-		case <-r.done:
+		case <-r.Done():
 		case <-ctx.Done():
-			_ = r.kill()
+			_ = r.Kill()
 			return fmt.Errorf("chaos: the last run did not stop: %w", ctx.Err())
 		}
 	}
-	if r.err != nil {
+	if r.Err() != nil {
 		return r.failed("the last run did not end cleanly")
 	}
 	fmt.Fprintf(w, "chaos: run %d stopped with a final checkpoint\n", c.kills+1)
@@ -238,12 +239,10 @@ func chaosSets(ctx context.Context, w io.Writer, f *verifyFlags, seed int64) ([]
 	return sets, nil
 }
 
-// chaosRun is one runner process of a chaos run.
+// chaosRun is one runner process of a chaos run, its output in log.
 type chaosRun struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{} // closed once the process ended and err is set
-	err  error
+	*proc.Process
+	log string
 }
 
 func startChaosRun(exe string, args []string, dir string, n int) (*chaosRun, error) {
@@ -251,21 +250,17 @@ func startChaosRun(exe string, args []string, dir string, n int) (*chaosRun, err
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
 	}
-	r := &chaosRun{cmd: exec.Command(exe, args...), log: filepath.Join(logs, fmt.Sprintf("run-%d.log", n)), done: make(chan struct{})}
+	r := &chaosRun{log: filepath.Join(logs, fmt.Sprintf("run-%d.log", n))}
 	out, err := os.Create(r.log)
 	if err != nil {
 		return nil, err
 	}
-	r.cmd.Stdout, r.cmd.Stderr = out, out
-	if err := r.cmd.Start(); err != nil {
-		out.Close()
+	defer out.Close() // the child has its own descriptor
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if r.Process, err = proc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("chaos: start the runner: %w", err)
 	}
-	go func() {
-		r.err = r.cmd.Wait()
-		out.Close()
-		close(r.done)
-	}()
 	return r, nil
 }
 
@@ -279,10 +274,10 @@ func (r *chaosRun) untilUp(ctx context.Context, dir string) error {
 			return nil
 		}
 		select {
-		case <-r.done:
+		case <-r.Done():
 			return r.failed("the runner exited before it was up")
 		case <-ctx.Done():
-			_ = r.kill()
+			_ = r.Kill()
 			return fmt.Errorf("chaos: the runner was not up in time: %w", ctx.Err())
 		case <-tick.C:
 		}
@@ -294,7 +289,7 @@ func (r *chaosRun) sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-r.done:
+	case <-r.Done():
 		return true
 	case <-ctx.Done():
 	case <-t.C:
@@ -302,26 +297,16 @@ func (r *chaosRun) sleep(ctx context.Context, d time.Duration) bool {
 	return false
 }
 
-// kill sends SIGKILL and waits for the process to end.
-func (r *chaosRun) kill() error {
-	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("chaos: kill the runner: %w", err)
-	}
-	<-r.done
-	return nil
-}
-
 // failed is the error of a run that went wrong, pointing at its log.
 func (r *chaosRun) failed(what string) error {
-	<-r.done
-	code := exitFailure
+	err := r.Err()
+	code, status := exitFailure, "exit 0"
 	var ee *exec.ExitError
-	if errors.As(r.err, &ee) && ee.ExitCode() > 0 {
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
 		code = ee.ExitCode()
 	}
-	status := "exit 0"
-	if r.err != nil {
-		status = r.err.Error()
+	if err != nil {
+		status = err.Error()
 	}
 	return &exitError{code: code, err: fmt.Errorf("chaos: %s (%s); its log: %s", what, status, r.log)}
 }

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebbflow/ebbflow/internal/proc"
 )
 
 // Seed returns flagSeed, or a seed from the clock when it is 0, and logs it
@@ -40,77 +40,45 @@ func Main(m *testing.M, env string, child func(value string) error) {
 
 // Child is the test binary running as the process under test.
 type Child struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	done  chan error // holds the exit once the process ended
-	ended atomic.Bool
+	t testing.TB
+	p *proc.Process
 }
 
 // Start runs the test binary with no test selected and env added to the
 // environment (one of them names the Main variable); its stderr is the
-// test's.
+// test's. The child is killed when the test ends, if it has not ended.
 func Start(t testing.TB, env ...string) *Child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(cmd)
+	if err != nil {
 		t.Fatalf("start child: %v", err)
 	}
-	c := &Child{t: t, cmd: cmd, done: make(chan error, 1)}
-	go func() {
-		err := cmd.Wait()
-		c.ended.Store(true)
-		c.done <- err
-	}()
-	t.Cleanup(func() {
-		if !c.ended.Load() {
-			_ = c.cmd.Process.Signal(syscall.SIGKILL)
-			<-c.done
-		}
-	})
-	return c
+	t.Cleanup(func() { _ = p.Kill() })
+	return &Child{t: t, p: p}
 }
 
 // KillAfter kills the child with SIGKILL after d. It reports false, without
 // killing, when the child ended first (err is then its exit).
 func (c *Child) KillAfter(d time.Duration) (killed bool, err error) {
-	select {
-	case err := <-c.done:
-		c.done <- err
-		return false, err
-	case <-time.After(d):
-		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			c.t.Fatalf("kill child: %v", err)
-		}
-		<-c.done
-		c.done <- nil
-		return true, nil
+	killed, err = c.p.KillAfter(d)
+	if killed && err != nil {
+		c.t.Fatalf("kill child: %v", err)
 	}
+	return killed, err
 }
 
 // Wait waits up to timeout for the child to end and returns its exit error;
 // after the timeout it kills the child and reports that.
 func (c *Child) Wait(timeout time.Duration) error {
-	select {
-	case err := <-c.done:
-		c.done <- err
-		return err
-	case <-time.After(timeout):
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-		<-c.done
-		c.done <- nil
+	exit, ended := c.p.WaitFor(timeout)
+	if !ended {
 		return fmt.Errorf("child still running after %s: killed", timeout)
 	}
+	return exit
 }
 
 // Exited reports, without waiting, whether the child ended, and its exit.
-func (c *Child) Exited() (bool, error) {
-	select {
-	case err := <-c.done:
-		c.done <- err
-		return true, err
-	default:
-		return false, nil
-	}
-}
+func (c *Child) Exited() (bool, error) { return c.p.Ended() }
