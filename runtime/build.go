@@ -51,7 +51,7 @@ func (a *attempt) buildTasks(ctx context.Context) ([]*task, error) {
 						targets[d] = target{gate: gates[down][d], input: off + sub}
 					}
 					x := e.newWriter(&exchangeSpec{ctx: ctx, subtask: sub, targets: targets,
-						batchSize: opts.BatchSize, records: t.stat.countOut(a.job.metrics.recordsOut(tail.uid))}, e.kind)
+						batchSize: opts.BatchSize, records: t.stat.countOut(a.job.metrics.recordsOut(tail.uid)), time: &t.stat.time}, e.kind)
 					t.outs = append(t.outs, x)
 					outs[k] = x
 				}

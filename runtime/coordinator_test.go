@@ -23,7 +23,7 @@ func (idleReader) read() (int, error) { return 0, nil }
 func newTestAttempt(t *testing.T, opts CheckpointOptions) *attempt {
 	t.Helper()
 	j := NewJob(Options{Name: "coord", Checkpoint: opts})
-	j.metrics = newMetrics(nil, "coord", nil)
+	j.metrics = newMetrics(nil, "coord", nil, nil)
 	storage, err := state.OpenStorage(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

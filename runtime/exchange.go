@@ -30,6 +30,7 @@ type exchangeSpec struct {
 	batchSize int
 	pool      *sync.Pool // this writer's batches (made by newExchangeWriter); a receiver releases each batch back to it
 	records   func(int)  // counts records sent (metrics)
+	time      *taskTime  // the writing subtask's: counts waits for room as backpressured
 }
 
 type exchangeWriter[T any] struct {
@@ -128,7 +129,7 @@ func (w *exchangeWriter[T]) send(t int) error {
 		w.x.records(len(b.items))
 	}
 	tg := w.x.targets[t]
-	if err := tg.gate.send(w.x.ctx, tg.input, envelope{kind: evRecords, records: b}); err != nil {
+	if err := tg.gate.send(w.x.ctx, tg.input, envelope{kind: evRecords, records: b}, w.x.time); err != nil {
 		b.release()
 		return err
 	}
@@ -164,7 +165,7 @@ func (w *exchangeWriter[T]) event(env envelope) error {
 		return err
 	}
 	for _, tg := range w.x.targets {
-		if err := tg.gate.send(w.x.ctx, tg.input, env); err != nil {
+		if err := tg.gate.send(w.x.ctx, tg.input, env, w.x.time); err != nil {
 			return err
 		}
 	}

@@ -44,8 +44,10 @@ func signal(c chan struct{}) {
 	}
 }
 
-// send enqueues env on input i, waiting while its queue is full.
-func (g *gate) send(ctx context.Context, i int, env envelope) error {
+// send enqueues env on input i, waiting while its queue is full: the
+// producer's tt counts that wait as backpressured.
+func (g *gate) send(ctx context.Context, i int, env envelope, tt *taskTime) error {
+	waited := false
 	for {
 		g.mu.Lock()
 		q := g.mu.queues[i]
@@ -59,9 +61,16 @@ func (g *gate) send(ctx context.Context, i int, env envelope) error {
 			g.mu.queues[i] = append(q, env)
 			g.mu.Unlock()
 			signal(g.notEmpty)
+			if waited {
+				tt.enter(working)
+			}
 			return nil
 		}
 		g.mu.Unlock()
+		if !waited {
+			waited = true
+			tt.enter(waitingForOutput)
+		}
 		select {
 		case <-g.notFull[i]:
 		case <-ctx.Done():

@@ -30,7 +30,9 @@ type metrics struct {
 	in, out map[string]prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
+// newMetrics registers the job's metrics; tasks are the subtasks whose
+// busy, backpressured and idle time it exports.
+func newMetrics(reg prometheus.Registerer, job string, uids []string, tasks []*taskStat) *metrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -70,7 +72,8 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
 		out: map[string]prometheus.Counter{},
 	}
 	reg.MustRegister(m.recordsInVec, m.recordsOutVec, m.checkpoints, m.inProgress, m.duration, m.lastDuration,
-		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.syncSeconds, m.restarts, m.restores)
+		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.syncSeconds, m.restarts, m.restores,
+		newTaskTimeCollector(tasks))
 	for _, s := range []string{"completed", "failed"} {
 		m.checkpoints.WithLabelValues(s)
 	}
@@ -79,6 +82,42 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string) *metrics {
 		m.out[u] = m.recordsOutVec.WithLabelValues(u)
 	}
 	return m
+}
+
+// taskTimeCollector exports each subtask's busy, backpressured and idle
+// time, read from its taskTime at scrape time: the task goroutine touches
+// no Prometheus counter for it.
+type taskTimeCollector struct {
+	tasks          []*taskStat
+	busy, bp, idle *prometheus.Desc
+}
+
+func newTaskTimeCollector(tasks []*taskStat) *taskTimeCollector {
+	labels := []string{"operator", "subtask"}
+	return &taskTimeCollector{tasks: tasks,
+		busy: prometheus.NewDesc("ebbflow_task_busy_seconds_total",
+			"Time a subtask spent processing (operator: the first of its chain).", labels, nil),
+		bp: prometheus.NewDesc("ebbflow_task_backpressured_seconds_total",
+			"Time a subtask spent waiting for room in a full downstream queue (operator: the first of its chain).", labels, nil),
+		idle: prometheus.NewDesc("ebbflow_task_idle_seconds_total",
+			"Time a subtask spent waiting for input, a timer or a checkpoint, and a source's reads that returned nothing (operator: the first of its chain).", labels, nil),
+	}
+}
+
+func (c *taskTimeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.busy
+	ch <- c.bp
+	ch <- c.idle
+}
+
+func (c *taskTimeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.tasks {
+		uid, sub := s.chain.nodes[0].uid, strconv.Itoa(s.subtask)
+		busy, bp, idle := s.time.totals()
+		ch <- prometheus.MustNewConstMetric(c.busy, prometheus.CounterValue, busy.Seconds(), uid, sub)
+		ch <- prometheus.MustNewConstMetric(c.bp, prometheus.CounterValue, bp.Seconds(), uid, sub)
+		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.CounterValue, idle.Seconds(), uid, sub)
+	}
 }
 
 func (m *metrics) recordsIn(uid string, n int) {

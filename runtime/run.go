@@ -71,8 +71,8 @@ func (j *Job) run(ctx context.Context) error {
 	for i, n := range j.nodes {
 		uids[i] = n.uid
 	}
-	j.metrics = newMetrics(j.opts.Registerer, j.opts.Name, uids)
 	j.board.setTasks(p)
+	j.metrics = newMetrics(j.opts.Registerer, j.opts.Name, uids, j.board.taskStats())
 	log := j.opts.Logger.With("job", j.opts.Name)
 
 	dataDir := j.opts.DataDir
@@ -304,7 +304,9 @@ func (a *attempt) run(parent context.Context) error {
 		go func() {
 			defer tasksDone.Done()
 			t.stat.setState(TaskRunning)
+			t.stat.time.enter(working)
 			err := t.run(ctx)
+			t.stat.time.enter(notRunning)
 			switch {
 			case ctx.Err() != nil:
 				t.stat.setState(TaskCanceled)

@@ -70,6 +70,12 @@ type Failure struct {
 // since Run began, over all attempts (like the job's metrics): RecordsIn by
 // the chain's head (for a source: records read), RecordsOut sent by its tail
 // to other subtasks.
+//
+// The subtask's running time, over all attempts, splits into BusyTime
+// (processing), BackpressuredTime (waiting for room in a full downstream
+// queue) and IdleTime (waiting for input, a timer or a checkpoint; for a
+// source also the reads that returned no records). Each only grows; their
+// rates over an interval are the shares of that interval.
 type TaskStatus struct {
 	Chain       string   // the chain's name
 	Operators   []string // uids of the chained operators, head first
@@ -79,6 +85,8 @@ type TaskStatus struct {
 	State       TaskState
 	RecordsIn   int64
 	RecordsOut  int64
+
+	BusyTime, BackpressuredTime, IdleTime time.Duration
 }
 
 // JobStatus is a consistent snapshot of a job (see Job.Status).
@@ -152,6 +160,7 @@ type taskStat struct {
 	subtask int
 	state   atomic.Uint32 // index in taskStates
 	in, out atomic.Int64
+	time    taskTime
 }
 
 func (s *taskStat) setState(st TaskState) {
@@ -199,6 +208,13 @@ func (b *statusBoard) setTasks(p *plan) {
 			b.byCh[c] = append(b.byCh[c], s)
 		}
 	}
+}
+
+// taskStats returns the progress counters of every subtask, in plan order.
+func (b *statusBoard) taskStats() []*taskStat {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tasks
 }
 
 func (b *statusBoard) stat(c *chain, sub int) *taskStat {
@@ -256,8 +272,10 @@ func (b *statusBoard) status() JobStatus {
 		for k, n := range s.chain.nodes {
 			uids[k] = n.uid
 		}
+		busy, bp, idle := s.time.totals()
 		st.Tasks[i] = TaskStatus{Chain: s.chain.name, Operators: uids, Subtask: s.subtask, Parallelism: s.chain.parallelism,
-			Source: s.chain.nodes[0].source, State: taskStates[s.state.Load()], RecordsIn: s.in.Load(), RecordsOut: s.out.Load()}
+			Source: s.chain.nodes[0].source, State: taskStates[s.state.Load()], RecordsIn: s.in.Load(), RecordsOut: s.out.Load(),
+			BusyTime: busy, BackpressuredTime: bp, IdleTime: idle}
 	}
 	return st
 }

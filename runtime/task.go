@@ -85,7 +85,9 @@ func (t *task) runSource(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		t.stat.time.enter(readingSource)
 		n, err := t.src.read()
+		t.stat.time.endRead(n > 0)
 		if n > 0 {
 			t.att.job.metrics.recordsIn(t.chain.nodes[0].uid, n)
 			t.stat.in.Add(int64(n))
@@ -305,6 +307,8 @@ func (t *task) wait(ctx context.Context, gate <-chan struct{}) error {
 		defer tm.Stop()
 		timerC = tm.C
 	}
+	t.stat.time.enter(waitingForInput)
+	defer t.stat.time.enter(working)
 	select {
 	case <-t.mailbox.signal:
 		signal(t.mailbox.signal) // leave it for handleMailbox
