@@ -13,8 +13,8 @@ const (
 	// Snapshot: every input delivered Action.Barrier; snapshot the operators,
 	// then forward the barrier downstream.
 	Snapshot
-	// Abort: checkpoint Action.ID will not complete here; decline it and
-	// forward a Cancel downstream.
+	// Abort: checkpoint Action.ID will not complete here (Action.Reason
+	// says why); decline it and forward a Cancel downstream.
 	Abort
 	// EndOfInput: every input ended; forward end-of-input downstream.
 	EndOfInput
@@ -36,12 +36,41 @@ func (k ActionKind) String() string {
 	return fmt.Sprintf("ActionKind(%d)", uint8(k))
 }
 
+// AbortReason says why an alignment was aborted.
+type AbortReason uint8
+
+const (
+	// Subsumed: a barrier of a newer checkpoint arrived.
+	Subsumed AbortReason = iota + 1
+	// Canceled: an upstream subtask aborted the checkpoint (a Cancel).
+	Canceled
+	// AlignmentTimedOut: the task's alignment timeout passed before every
+	// input delivered the barrier (OnAlignmentTimeout).
+	AlignmentTimedOut
+)
+
+func (r AbortReason) String() string {
+	switch r {
+	case Subsumed:
+		return "subsumed"
+	case Canceled:
+		return "canceled"
+	case AlignmentTimedOut:
+		return "alignment timed out"
+	}
+	return fmt.Sprintf("AbortReason(%d)", uint8(r))
+}
+
 // Action is one step the task performs, in the order returned.
 type Action struct {
 	Kind    ActionKind
 	Input   int          // Block
 	Barrier Barrier      // Snapshot
 	ID      CheckpointID // Abort
+	Reason  AbortReason  // Abort
+	// Late lists, for an Abort after an alignment timeout, the inputs whose
+	// barrier had not arrived (the slow ones), in order.
+	Late []int
 }
 
 func (a Action) String() string {
@@ -51,7 +80,11 @@ func (a Action) String() string {
 	case Snapshot:
 		return fmt.Sprintf("snapshot %d", a.Barrier.ID)
 	case Abort:
-		return fmt.Sprintf("abort %d", a.ID)
+		s := fmt.Sprintf("abort %d (%v)", a.ID, a.Reason)
+		if len(a.Late) > 0 {
+			s += fmt.Sprintf(", late inputs %v", a.Late)
+		}
+		return s
 	}
 	return a.Kind.String()
 }
@@ -65,7 +98,9 @@ const (
 )
 
 // Aligner is the barrier alignment state machine of one subtask. It is not
-// safe for concurrent use: the task goroutine owns it.
+// safe for concurrent use: the task goroutine owns it. It reads no clock:
+// the task owns the alignment timer and reports its expiry with
+// OnAlignmentTimeout.
 type Aligner struct {
 	mode    Mode
 	inputs  []inputState
@@ -120,7 +155,7 @@ func (a *Aligner) OnBarrier(i int, b Barrier) []Action {
 	}
 	var acts []Action
 	if a.pending && b.ID > a.current {
-		acts = a.abortPending(acts) // subsumed by the newer barrier
+		acts = a.abortPending(acts, Subsumed, nil)
 	}
 	if !a.pending {
 		a.start(b)
@@ -148,7 +183,11 @@ func (a *Aligner) OnCancel(i int, id CheckpointID) []Action {
 	}
 	var acts []Action
 	if a.pending {
-		acts = a.abortPending(acts)
+		reason := Subsumed
+		if id == a.barrier.ID {
+			reason = Canceled
+		}
+		acts = a.abortPending(acts, reason, nil)
 		if id == a.barrier.ID {
 			return acts
 		}
@@ -156,7 +195,25 @@ func (a *Aligner) OnCancel(i int, id CheckpointID) []Action {
 	// A cancel for a checkpoint this subtask has not seen yet: abort it now
 	// so its barriers are ignored when they come.
 	a.started, a.current = true, id
-	return append(acts, Action{Kind: Abort, ID: id})
+	return append(acts, Action{Kind: Abort, ID: id, Reason: Canceled})
+}
+
+// OnAlignmentTimeout handles the expiry of the alignment timer that the
+// task started when checkpoint id's first barrier blocked an input: if id is
+// still being aligned it is aborted, naming the inputs whose barrier has not
+// arrived; a timer of an id already decided is ignored. Its barriers that
+// come later are ignored, as after a cancel.
+func (a *Aligner) OnAlignmentTimeout(id CheckpointID) []Action {
+	if !a.pending || id != a.current {
+		return nil
+	}
+	var late []int
+	for i, s := range a.inputs {
+		if s == open {
+			late = append(late, i)
+		}
+	}
+	return a.abortPending(nil, AlignmentTimedOut, late)
 }
 
 // OnEndOfInput handles the end of input i.
@@ -192,8 +249,8 @@ func (a *Aligner) complete(acts []Action) []Action {
 	return a.reset(acts)
 }
 
-func (a *Aligner) abortPending(acts []Action) []Action {
-	acts = append(acts, Action{Kind: Abort, ID: a.barrier.ID})
+func (a *Aligner) abortPending(acts []Action, reason AbortReason, late []int) []Action {
+	acts = append(acts, Action{Kind: Abort, ID: a.barrier.ID, Reason: reason, Late: late})
 	return a.reset(acts)
 }
 

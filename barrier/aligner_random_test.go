@@ -102,6 +102,7 @@ type model struct {
 	delivered []map[CheckpointID]bool
 	decided   []Action // Snapshot and Abort, in order
 	endOut    bool     // EndOfInput was returned
+	timedOut  map[CheckpointID]bool
 	trace     strings.Builder
 }
 
@@ -117,6 +118,11 @@ func simulate(seed uint64) (trace string, err error) {
 		blocked:   make([]bool, n),
 		ended:     make([]bool, n),
 		delivered: make([]map[CheckpointID]bool, n),
+		timedOut:  map[CheckpointID]bool{},
+	}
+	pTimeout := 0.0 // the task's alignment timer expiring, per step
+	if r.IntN(3) == 0 {
+		pTimeout = r.Float64() * 0.3
 	}
 	m.a = NewAligner(n, m.mode)
 	fmt.Fprintf(&m.trace, "%v, %d inputs\n", m.mode, n)
@@ -140,11 +146,56 @@ func simulate(seed uint64) (trace string, err error) {
 		if len(readable) == 0 {
 			return "", m.checkOutcome()
 		}
+		if r.Float64() < pTimeout {
+			// Mostly the pending id's timer; sometimes a stale or unknown one.
+			id, _ := m.a.Pending()
+			id += CheckpointID(r.IntN(3)) - 1
+			if err := m.timeout(id); err != nil {
+				return "", err
+			}
+			continue
+		}
 		i := readable[r.IntN(len(readable))]
 		if err := m.step(i); err != nil {
 			return "", err
 		}
 	}
+}
+
+// timeout fires the alignment timer of id: it aborts id if, and only if,
+// id is being aligned, naming exactly the live inputs that have not
+// delivered its barrier.
+func (m *model) timeout(id CheckpointID) error {
+	pending, ok := m.a.Pending()
+	ok = ok && pending == id
+	acts := m.a.OnAlignmentTimeout(id)
+	fmt.Fprintf(&m.trace, "timeout %d -> %v\n", id, acts)
+	if !ok {
+		if len(acts) > 0 {
+			return fmt.Errorf("timeout %d with nothing of that id pending: %v", id, acts)
+		}
+		return nil
+	}
+	var late []int
+	for j := range m.streams {
+		if !m.ended[j] && !m.delivered[j][id] {
+			late = append(late, j)
+		}
+	}
+	if len(acts) == 0 || acts[0].Kind != Abort || acts[0].ID != id || acts[0].Reason != AlignmentTimedOut || !slices.Equal(acts[0].Late, late) {
+		return fmt.Errorf("timeout %d: %v, want an abort naming late inputs %v", id, acts, late)
+	}
+	if err := m.decide(acts[0], id); err != nil {
+		return err
+	}
+	m.timedOut[id] = true
+	for _, act := range acts[1:] {
+		if act.Kind != Resume || !slices.Contains(m.blocked, true) {
+			return fmt.Errorf("timeout %d: unexpected %v", id, act)
+		}
+		clear(m.blocked)
+	}
+	return m.checkState()
 }
 
 // step reads the next event of input i and applies the aligner's actions.
@@ -263,7 +314,8 @@ func (m *model) checkState() error {
 // checkOutcome runs once nothing is readable. In exactly-once the snapshots
 // are known from the streams alone: id N is snapshotted exactly when some
 // input carries barrier N and every input either carries it or ended before
-// any id ≥ N. End-of-input is returned exactly when every stream ended.
+// any id ≥ N, unless its alignment timed out. End-of-input is returned
+// exactly when every stream ended.
 func (m *model) checkOutcome() error {
 	if all := !slices.Contains(m.ended, false); all != m.endOut {
 		return fmt.Errorf("every input ended: %v, end-of-input returned: %v", all, m.endOut)
@@ -286,7 +338,7 @@ func (m *model) checkOutcome() error {
 				agree = false
 			}
 		}
-		if carried && agree {
+		if carried && agree && !m.timedOut[id] {
 			want = append(want, id)
 		}
 	}

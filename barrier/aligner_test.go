@@ -14,6 +14,7 @@ import (
 //	barrier input=<i> id=<n> [final]
 //	cancel input=<i> id=<n>
 //	end input=<i>
+//	timeout id=<n>     the task's alignment timer for checkpoint n expired
 //	state
 //
 // Each event prints the actions the aligner returns, one per line, or
@@ -44,6 +45,9 @@ func TestAligner(t *testing.T) {
 				return catch(func() string { return formatActions(a.OnCancel(scanInput(t, d), id)) })
 			case "end":
 				return catch(func() string { return formatActions(a.OnEndOfInput(scanInput(t, d))) })
+			case "timeout":
+				id := scanID(t, d)
+				return catch(func() string { return formatActions(a.OnAlignmentTimeout(id)) })
 			case "state":
 				return formatState(a)
 			}
