@@ -95,7 +95,10 @@ func (s *sequence) Read(buf []Event) ([]Event, error) {
 	if s.cfg.Rate > 0 {
 		allowed := s.cfg.Rate*time.Since(s.start).Seconds() - s.emitted
 		if allowed < 1 {
-			time.Sleep(min(10*time.Millisecond, time.Duration((1-allowed)/s.cfg.Rate*float64(time.Second))))
+			// At least a microsecond: a wait rounded down to 0 would not
+			// sleep, and a clock that moves only while goroutines sleep
+			// (testing/synctest) would never let the next record due.
+			time.Sleep(min(10*time.Millisecond, max(time.Microsecond, time.Duration((1-allowed)/s.cfg.Rate*float64(time.Second)))))
 			return buf, nil
 		}
 		room = min(room, int(allowed))
