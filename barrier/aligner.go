@@ -198,13 +198,25 @@ func (a *Aligner) OnCancel(i int, id CheckpointID) []Action {
 	return append(acts, Action{Kind: Abort, ID: id, Reason: Canceled})
 }
 
+// CanTimeOut reports whether the pending alignment is one that an
+// alignment timeout aborts: it blocks an input (exactly-once), and its
+// checkpoint is neither the initial one (taken before any record: nothing
+// is in flight, a late barrier only means a subtask slow to start, and its
+// abort would fail the attempt) nor a final one (of a stop or a bounded
+// job's end, whose abort would fail the attempt too): those wait up to the
+// checkpoint timeout. The task arms its timer only when it is true.
+func (a *Aligner) CanTimeOut() bool {
+	return a.pending && a.blocked && !a.barrier.Initial && !a.barrier.Final
+}
+
 // OnAlignmentTimeout handles the expiry of the alignment timer that the
 // task started when checkpoint id's first barrier blocked an input: if id is
-// still being aligned it is aborted, naming the inputs whose barrier has not
-// arrived; a timer of an id already decided is ignored. Its barriers that
+// still being aligned (and CanTimeOut) it is aborted, naming the inputs
+// whose barrier has not arrived; a timer of an id already decided is
+// ignored. Its barriers that
 // come later are ignored, as after a cancel.
 func (a *Aligner) OnAlignmentTimeout(id CheckpointID) []Action {
-	if !a.pending || id != a.current {
+	if !a.CanTimeOut() || id != a.current {
 		return nil
 	}
 	var late []int

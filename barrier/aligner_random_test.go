@@ -163,11 +163,11 @@ func simulate(seed uint64) (trace string, err error) {
 }
 
 // timeout fires the alignment timer of id: it aborts id if, and only if,
-// id is being aligned, naming exactly the live inputs that have not
-// delivered its barrier.
+// id is being aligned in exactly-once mode, naming exactly the live inputs
+// that have not delivered its barrier.
 func (m *model) timeout(id CheckpointID) error {
 	pending, ok := m.a.Pending()
-	ok = ok && pending == id
+	ok = ok && pending == id && m.mode == ExactlyOnce
 	acts := m.a.OnAlignmentTimeout(id)
 	fmt.Fprintf(&m.trace, "timeout %d -> %v\n", id, acts)
 	if !ok {

@@ -11,7 +11,7 @@ import (
 // TestAligner runs the scripts in testdata/. Commands:
 //
 //	new inputs=<n> mode=<exactly_once|at_least_once>
-//	barrier input=<i> id=<n> [final]
+//	barrier input=<i> id=<n> [final] [initial]
 //	cancel input=<i> id=<n>
 //	end input=<i>
 //	timeout id=<n>     the task's alignment timer for checkpoint n expired
@@ -38,7 +38,7 @@ func TestAligner(t *testing.T) {
 				a = nil
 				return catch(func() string { a = NewAligner(n, m); return "" })
 			case "barrier":
-				b := Barrier{ID: scanID(t, d), Final: d.HasArg("final")}
+				b := Barrier{ID: scanID(t, d), Final: d.HasArg("final"), Initial: d.HasArg("initial")}
 				return catch(func() string { return formatActions(a.OnBarrier(scanInput(t, d), b)) })
 			case "cancel":
 				id := scanID(t, d)

@@ -21,6 +21,9 @@ type Barrier struct {
 	// Final marks the checkpoint of a graceful stop: sources emit nothing
 	// after it and the job ends once it completes.
 	Final bool
+	// Initial marks the first checkpoint of a fresh start, which sources
+	// take before reading any record.
+	Initial bool
 }
 
 func (b Barrier) String() string {

@@ -48,29 +48,6 @@ func share(ts runtime.TaskStatus, part time.Duration) float64 {
 	return float64(part) / float64(total)
 }
 
-// taskCounter returns the value of the counter name{operator=op}.
-func taskCounter(t *testing.T, reg *prometheus.Registry, name, op string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "operator" && l.GetValue() == op {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{operator=%q} not found", name, op)
-	return 0
-}
-
 // TestBackpressureOfASlowSink: a sink that takes a millisecond per batch
 // keeps its queue full, so the source upstream spends nearly all its time
 // waiting for room (backpressured) and the sink nearly all its time busy.
@@ -108,7 +85,7 @@ func TestBackpressureOfASlowSink(t *testing.T) {
 			{"ebbflow_task_busy_seconds_total", "spread", sink.BusyTime},
 			{"ebbflow_task_idle_seconds_total", "seq", source.IdleTime},
 		} {
-			if got := taskCounter(t, reg, c.name, c.op); got != c.want.Seconds() {
+			if got := labeled(t, reg, c.name, "operator", c.op); got != c.want.Seconds() {
 				t.Errorf("%s{operator=%q} = %v, want %v as in the status", c.name, c.op, got, c.want.Seconds())
 			}
 		}

@@ -15,7 +15,8 @@ type ackMsg struct {
 	id    barrier.CheckpointID
 	task  *task
 	snaps []state.SubtaskSnapshot
-	err   error // the checkpoint is declined: persisting failed, or an alignment was aborted
+	err   error      // the checkpoint is declined: persisting failed, or an alignment was aborted
+	cause abortCause // of a decline
 }
 
 // checkpointStore is what the coordinator needs of the checkpoint storage
@@ -76,7 +77,7 @@ func (c *coordinator) setTasks(tasks []*task, next barrier.CheckpointID, initial
 // ack is called by a task after snapshotting; persists run on a goroutine
 // owned by the attempt, then the ack is delivered.
 func (c *coordinator) ack(ctx context.Context, t *task, id barrier.CheckpointID, snaps []state.SubtaskSnapshot, persists []func() error) {
-	send := func(err error) { c.send(ctx, ackMsg{id: id, task: t, snaps: snaps, err: err}) }
+	send := func(err error) { c.send(ctx, ackMsg{id: id, task: t, snaps: snaps, err: err, cause: causeDeclined}) }
 	if len(persists) == 0 {
 		send(nil)
 		return
@@ -92,12 +93,12 @@ func (c *coordinator) ack(ctx context.Context, t *task, id barrier.CheckpointID,
 	})
 }
 
-// decline tells the coordinator that checkpoint id cannot complete. Like an
-// ack it waits for room on the channel (the coordinator never blocks on a
-// task, so it always drains it): a dropped decline would leave the
-// checkpoint pending until its timeout.
-func (c *coordinator) decline(ctx context.Context, id barrier.CheckpointID, err error) {
-	c.send(ctx, ackMsg{id: id, err: err})
+// decline tells the coordinator that checkpoint id cannot complete, for
+// cause (err says more). Like an ack it waits for room on the channel (the
+// coordinator never blocks on a task, so it always drains it): a dropped
+// decline would leave the checkpoint pending until its timeout.
+func (c *coordinator) decline(ctx context.Context, id barrier.CheckpointID, cause abortCause, err error) {
+	c.send(ctx, ackMsg{id: id, err: err, cause: cause})
 }
 
 // send delivers an ack or a decline, unless ctx ends first.
@@ -129,7 +130,7 @@ func (c *coordinator) run(ctx context.Context) {
 			return
 		case a := <-c.acks:
 			if a.err != nil {
-				c.step(coordEvent{kind: coordDecline, id: a.id, err: a.err})
+				c.step(coordEvent{kind: coordDecline, id: a.id, err: a.err, cause: a.cause})
 				continue
 			}
 			ops := make([]ackedOp, len(a.task.chain.nodes))
@@ -167,6 +168,7 @@ func (c *coordinator) perform(a coordAction) {
 		if _, err := c.storage.Dir(id); err != nil {
 			log.Error("checkpoint not triggered", "checkpoint", id, "err", err)
 			m.checkpoints.WithLabelValues("failed").Inc()
+			m.aborts.WithLabelValues(string(causeTriggerFailed)).Inc()
 			// No task saw it, but a listener counting checkpoints hears
 			// of every one.
 			c.att.job.board.aborted(a.barrier, err)
@@ -209,7 +211,8 @@ func (c *coordinator) perform(a coordAction) {
 	case actAbort:
 		m.inProgress.Set(0)
 		m.checkpoints.WithLabelValues("failed").Inc()
-		log.Warn("checkpoint aborted", "checkpoint", id, "cause", a.err)
+		m.aborts.WithLabelValues(string(a.cause)).Inc()
+		log.Warn("checkpoint aborted", "checkpoint", id, "reason", a.cause, "cause", a.err)
 		c.att.job.board.aborted(a.barrier, a.err)
 		for _, t := range c.tasks {
 			t.mailbox.postAbort(id)

@@ -71,9 +71,9 @@ func TestDeclineOnAFullChannelAbortsTheCheckpoint(t *testing.T) {
 		c.start() // the initial checkpoint, 1, in flight
 		ctx, cancel := context.WithCancel(context.Background())
 		for range cap(c.acks) {
-			c.decline(ctx, 0, errors.New("stale decline of checkpoint 0"))
+			c.decline(ctx, 0, causeDeclined, errors.New("stale decline of checkpoint 0"))
 		}
-		go c.decline(ctx, 1, errors.New("sink declines checkpoint 1"))
+		go c.decline(ctx, 1, causeDeclined, errors.New("sink declines checkpoint 1"))
 		synctest.Wait()
 		done := make(chan struct{})
 		go func() { defer close(done); c.run(ctx) }()

@@ -41,13 +41,29 @@ const (
 // coordEvent is one input of the coordinator's state machine. now is the
 // time of the event: the machine reads no clock.
 type coordEvent struct {
-	kind coordEventKind
-	now  time.Time
-	id   barrier.CheckpointID // ack, decline, trigger failed, persisted
-	task int                  // ack: the task's index
-	ops  []ackedOp            // ack: one per link of the task's chain
-	err  error                // decline, trigger failed, persisted
+	kind  coordEventKind
+	now   time.Time
+	id    barrier.CheckpointID // ack, decline, trigger failed, persisted
+	task  int                  // ack: the task's index
+	ops   []ackedOp            // ack: one per link of the task's chain
+	err   error                // decline, trigger failed, persisted
+	cause abortCause           // decline (causeDeclined if empty)
 }
+
+// abortCause classifies why a checkpoint was aborted: the reason label of
+// ebbflow_checkpoint_aborts_total and of the runner's log line.
+type abortCause string
+
+const (
+	causeTimeout          abortCause = "timeout"           // not completed within CheckpointOptions.Timeout
+	causeAlignmentTimeout abortCause = "alignment_timeout" // a subtask waited longer than AlignmentTimeout for a barrier
+	causeDeclined         abortCause = "declined"          // a subtask could not take its part (persist failed, alignment aborted)
+	causeMetadata         abortCause = "metadata"          // writing the metadata failed
+	causeTriggerFailed    abortCause = "trigger_failed"    // its folder could not be created (the driver's)
+	causeAttemptEnded     abortCause = "attempt_ended"     // the job attempt ended with it in flight
+)
+
+var abortCauses = []abortCause{causeTimeout, causeAlignmentTimeout, causeDeclined, causeMetadata, causeTriggerFailed, causeAttemptEnded}
 
 // ackedOp is the snapshot of one operator subtask carried by an ack.
 type ackedOp struct {
@@ -87,6 +103,7 @@ type coordAction struct {
 	size     int64           // complete
 	duration time.Duration   // complete
 	err      error           // abort, fail
+	cause    abortCause      // abort
 	reason   string          // final wanted
 }
 
@@ -96,6 +113,9 @@ func (a coordAction) String() string {
 		s := fmt.Sprintf("trigger %d", a.barrier.ID)
 		if a.barrier.Final {
 			s += " final"
+		}
+		if a.barrier.Initial {
+			s += " initial"
 		}
 		return s
 	case actPersist:
@@ -108,7 +128,7 @@ func (a coordAction) String() string {
 	case actComplete:
 		return fmt.Sprintf("complete %d after %s, %d bytes", a.barrier.ID, a.duration, a.size)
 	case actAbort:
-		return fmt.Sprintf("abort %d: %v", a.barrier.ID, a.err)
+		return fmt.Sprintf("abort %d (%s): %v", a.barrier.ID, a.cause, a.err)
 	case actFinalWanted:
 		return "final wanted: " + a.reason
 	case actFail:
@@ -193,7 +213,7 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 		}
 	case coordTick:
 		if p := m.pending; p != nil && !ev.now.Before(p.deadline) {
-			acts = m.abort(acts, ev.now, fmt.Errorf("timed out after %s", m.cfg.checkpoint.Timeout))
+			acts = m.abort(acts, ev.now, causeTimeout, fmt.Errorf("timed out after %s", m.cfg.checkpoint.Timeout))
 		}
 		if at, ok := m.nextPeriodic(); ok && !ev.now.Before(at) {
 			acts = m.trigger(acts, ev.now, false)
@@ -202,7 +222,11 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 		acts = m.ack(acts, ev)
 	case coordDecline:
 		if m.isPending(ev.id) {
-			acts = m.abort(acts, ev.now, ev.err)
+			cause := ev.cause
+			if cause == "" {
+				cause = causeDeclined
+			}
+			acts = m.abort(acts, ev.now, cause, ev.err)
 		}
 	case coordTriggerFailed:
 		if m.isPending(ev.id) {
@@ -216,7 +240,7 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 	case coordPersisted:
 		if m.isPending(ev.id) {
 			if ev.err != nil {
-				acts = m.abort(acts, ev.now, fmt.Errorf("write metadata: %w", ev.err))
+				acts = m.abort(acts, ev.now, causeMetadata, fmt.Errorf("write metadata: %w", ev.err))
 			} else {
 				p := m.pending
 				m.pending = nil
@@ -235,7 +259,7 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 		acts = append(acts, coordAction{kind: actFinalWanted, reason: "stop requested; taking the final checkpoint"})
 	case coordEnd:
 		if m.pending != nil {
-			acts = m.abort(acts, ev.now, fmt.Errorf("job attempt ended"))
+			acts = m.abort(acts, ev.now, causeAttemptEnded, fmt.Errorf("job attempt ended"))
 		}
 		return acts
 	}
@@ -256,7 +280,7 @@ func (m *coordMachine) trigger(acts []coordAction, now time.Time, final bool) []
 	if final {
 		m.finalStarted = true
 	}
-	b := barrier.Barrier{ID: id, Time: now, Final: final}
+	b := barrier.Barrier{ID: id, Time: now, Final: final, Initial: m.cfg.initial && id == m.cfg.next}
 	m.pending = &inFlight{barrier: b, deadline: now.Add(m.cfg.checkpoint.Timeout), acked: map[int]bool{},
 		md: state.Metadata{Version: 1, Job: m.cfg.job, ID: id, Time: now, Final: final,
 			MaxParallelism: m.cfg.maxParallelism, Operators: map[string]state.OperatorSnapshot{}}}
@@ -294,9 +318,9 @@ func (m *coordMachine) ack(acts []coordAction, ev coordEvent) []coordAction {
 // abort ends the checkpoint in flight. An aborted final checkpoint is not
 // retried: the tasks waiting for it fail on the abort notice and the
 // attempt ends.
-func (m *coordMachine) abort(acts []coordAction, now time.Time, cause error) []coordAction {
+func (m *coordMachine) abort(acts []coordAction, now time.Time, cause abortCause, err error) []coordAction {
 	p := m.pending
 	m.pending = nil
 	m.lastEnd = now
-	return append(acts, coordAction{kind: actAbort, barrier: p.barrier, err: cause})
+	return append(acts, coordAction{kind: actAbort, barrier: p.barrier, err: err, cause: cause})
 }

@@ -18,7 +18,7 @@ import (
 //	start                          the attempt begins
 //	tick                           a timer fired
 //	ack task=<i> id=<n> [bytes=<b>] task i (operator t<i>, one subtask) acks
-//	decline id=<n> err=<word>
+//	decline id=<n> err=<word> [cause=<abort cause>]
 //	trigger-failed id=<n> err=<word>
 //	persisted id=<n> [err=<word>]
 //	finished                       a source ended
@@ -86,6 +86,11 @@ func TestCoordMachine(t *testing.T) {
 					snap: state.SubtaskSnapshot{Files: []state.File{{Path: "f", Size: bytes}}}}}
 			case "decline":
 				ev.kind, ev.id, ev.err = coordDecline, scanCheckpointID(t, d, "id"), scanErr(t, d)
+				if d.HasArg("cause") {
+					var c string
+					d.ScanArgs(t, "cause", &c)
+					ev.cause = abortCause(c)
+				}
 			case "trigger-failed":
 				ev.kind, ev.id, ev.err = coordTriggerFailed, scanCheckpointID(t, d, "id"), scanErr(t, d)
 			case "persisted":

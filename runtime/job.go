@@ -57,6 +57,14 @@ type CheckpointOptions struct {
 	Retain int
 	// Mode is barrier.ExactlyOnce (aligned, default) or barrier.AtLeastOnce.
 	Mode barrier.Mode
+	// AlignmentTimeout, if positive, aborts a checkpoint when a subtask has
+	// waited longer than this, since the checkpoint's first barrier reached
+	// it, for the barriers of its other inputs: its blocked inputs are read
+	// again, the abort's error (an *AlignmentTimeoutError) names the slow
+	// upstream subtasks, and the next checkpoint is tried as usual. 0 (the
+	// default) waits up to Timeout. It needs ExactlyOnce mode and must be
+	// shorter than Timeout.
+	AlignmentTimeout time.Duration
 }
 
 // RestartOptions configures in-process restarts after a failure: each
@@ -136,8 +144,16 @@ func (o *Options) validate() error {
 	if o.ChannelCapacity < 1 {
 		errs = append(errs, fmt.Errorf("channel capacity %d < 1", o.ChannelCapacity))
 	}
-	if o.Checkpoint.Interval < 0 || o.Checkpoint.MinPause < 0 || o.Checkpoint.Timeout < 0 {
+	if o.Checkpoint.Interval < 0 || o.Checkpoint.MinPause < 0 || o.Checkpoint.Timeout < 0 || o.Checkpoint.AlignmentTimeout < 0 {
 		errs = append(errs, errors.New("checkpoint durations must not be negative"))
+	}
+	if at := o.Checkpoint.AlignmentTimeout; at > 0 {
+		if o.Checkpoint.Mode != barrier.ExactlyOnce {
+			errs = append(errs, fmt.Errorf("checkpoint alignment timeout %s needs mode %s (mode %s does not align)", at, barrier.ExactlyOnce, o.Checkpoint.Mode))
+		}
+		if at >= o.Checkpoint.Timeout {
+			errs = append(errs, fmt.Errorf("checkpoint alignment timeout %s must be shorter than the checkpoint timeout %s", at, o.Checkpoint.Timeout))
+		}
 	}
 	if o.Checkpoint.Retain < 1 {
 		errs = append(errs, fmt.Errorf("checkpoint retain %d < 1", o.Checkpoint.Retain))

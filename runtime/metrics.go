@@ -16,6 +16,7 @@ type metrics struct {
 	recordsInVec     *prometheus.CounterVec
 	recordsOutVec    *prometheus.CounterVec
 	checkpoints      *prometheus.CounterVec
+	aborts           *prometheus.CounterVec
 	inProgress       prometheus.Gauge
 	duration         prometheus.Histogram
 	lastDuration     prometheus.Gauge
@@ -47,6 +48,8 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string, tasks []*t
 			Help: "Records sent by an operator to other subtasks."}, []string{"operator"}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_checkpoints_total",
 			Help: "Checkpoints by outcome."}, []string{"status"}),
+		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_checkpoint_aborts_total",
+			Help: "Checkpoints aborted, by reason: timeout, alignment_timeout, declined, metadata, trigger_failed, attempt_ended."}, []string{"reason"}),
 		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_checkpoints_in_progress",
 			Help: "Checkpoints triggered and not yet completed or aborted."}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_checkpoint_duration_seconds",
@@ -71,11 +74,14 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string, tasks []*t
 		in:  map[string]prometheus.Counter{},
 		out: map[string]prometheus.Counter{},
 	}
-	reg.MustRegister(m.recordsInVec, m.recordsOutVec, m.checkpoints, m.inProgress, m.duration, m.lastDuration,
+	reg.MustRegister(m.recordsInVec, m.recordsOutVec, m.checkpoints, m.aborts, m.inProgress, m.duration, m.lastDuration,
 		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.syncSeconds, m.restarts, m.restores,
 		newTaskTimeCollector(tasks))
 	for _, s := range []string{"completed", "failed"} {
 		m.checkpoints.WithLabelValues(s)
+	}
+	for _, c := range abortCauses {
+		m.aborts.WithLabelValues(string(c))
 	}
 	for _, u := range uids {
 		m.in[u] = m.recordsInVec.WithLabelValues(u)

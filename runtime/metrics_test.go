@@ -15,6 +15,12 @@ func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
 // counter returns the value of a counter with the given status label.
 func counter(t *testing.T, reg *prometheus.Registry, name, status string) float64 {
 	t.Helper()
+	return labeled(t, reg, name, "status", status)
+}
+
+// labeled returns the value of the counter name{label=value}.
+func labeled(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -25,13 +31,13 @@ func counter(t *testing.T, reg *prometheus.Registry, name, status string) float6
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "status" && l.GetValue() == status {
+				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	t.Fatalf("metric %s{status=%q} not found", name, status)
+	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
 	return 0
 }
 

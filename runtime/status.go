@@ -58,6 +58,10 @@ type CheckpointInfo struct {
 	Completed time.Time     // completed checkpoints
 	Duration  time.Duration // completed: trigger to completion
 	Size      int64         // completed: bytes of state files it references
+	Aborted   time.Time     // aborted checkpoints
+	// Err is why an aborted checkpoint was aborted (an
+	// *AlignmentTimeoutError names the slow inputs).
+	Err error
 }
 
 // Failure is a failure of an attempt.
@@ -101,9 +105,11 @@ type JobStatus struct {
 	Restored          *CheckpointInfo // the checkpoint the current attempt restored
 	LastCompleted     *CheckpointInfo // the last checkpoint completed since Run began
 	InFlight          *CheckpointInfo // the checkpoint triggered and not yet completed or aborted
-	// Completed counts the checkpoints completed since Run began.
-	Completed int
-	Tasks     []TaskStatus // per subtask, in plan order (empty before Run)
+	LastAborted       *CheckpointInfo // the last checkpoint aborted since Run began, with why
+	// Completed and Aborted count the checkpoints completed and aborted
+	// since Run began.
+	Completed, Aborted int
+	Tasks              []TaskStatus // per subtask, in plan order (empty before Run)
 }
 
 // EventKind says what an Event reports.
@@ -256,7 +262,7 @@ func (b *statusBoard) status() JobStatus {
 	st := b.st
 	tasks := b.tasks
 	b.mu.Unlock()
-	for _, p := range []**CheckpointInfo{&st.Restored, &st.LastCompleted, &st.InFlight} {
+	for _, p := range []**CheckpointInfo{&st.Restored, &st.LastCompleted, &st.InFlight, &st.LastAborted} {
 		if *p != nil {
 			c := **p
 			*p = &c
@@ -302,10 +308,12 @@ func (b *statusBoard) completed(br barrier.Barrier, d time.Duration, size int64)
 
 // aborted records checkpoint br aborted for cause.
 func (b *statusBoard) aborted(br barrier.Barrier, cause error) {
-	info := CheckpointInfo{ID: br.ID, Final: br.Final, Triggered: br.Time}
-	b.change(Event{Kind: EventCheckpointAborted, Checkpoint: info, Err: cause}, func(st *JobStatus) {
+	info := CheckpointInfo{ID: br.ID, Final: br.Final, Triggered: br.Time, Aborted: time.Now(), Err: cause}
+	b.change(Event{Kind: EventCheckpointAborted, Time: info.Aborted, Checkpoint: info, Err: cause}, func(st *JobStatus) {
 		if st.InFlight != nil && st.InFlight.ID == br.ID {
 			st.InFlight = nil
 		}
+		st.LastAborted = &info
+		st.Aborted++
 	})
 }

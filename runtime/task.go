@@ -38,8 +38,8 @@ type task struct {
 	// chains with inputs
 	gate    *gate
 	aligner *barrier.Aligner
-	input   any // typed consumer of the head link
-	alignAt time.Time
+	input   any       // typed consumer of the head link
+	alignAt time.Time // when the pending checkpoint's first barrier blocked an input (zero: none)
 
 	waitComplete *barrier.CheckpointID // a source waits for this before reading on
 
@@ -117,6 +117,9 @@ func (t *task) runInput(ctx context.Context) error {
 		if err := t.fireTimers(); err != nil {
 			return err
 		}
+		if err := t.checkAlignmentTimeout(ctx); err != nil {
+			return err
+		}
 		i, env, ok, pending := t.gate.poll()
 		if !ok {
 			if err := t.flushOuts(); err != nil {
@@ -180,8 +183,9 @@ func (t *task) perform(ctx context.Context, acts []barrier.Action) error {
 				return err
 			}
 		case barrier.Abort:
+			cause, err := t.abortCause(a)
 			t.alignAt = time.Time{}
-			t.att.coord.decline(ctx, a.ID, fmt.Errorf("task %s: checkpoint %d aborted during alignment", t.name(), a.ID))
+			t.att.coord.decline(ctx, a.ID, cause, err)
 			if err := t.emit(envelope{kind: evCancel, cancel: a.ID}); err != nil {
 				return err
 			}
@@ -295,10 +299,15 @@ func (t *task) handleMailbox() (done bool, err error) {
 	return false, nil
 }
 
-// wait blocks until the mailbox, the gate (if not nil), a timer or ctx.
+// wait blocks until the mailbox, the gate (if not nil), a timer, the
+// alignment timeout or ctx.
 func (t *task) wait(ctx context.Context, gate <-chan struct{}) error {
 	var timerC <-chan time.Time
-	if at, ok := t.timers.next(); ok {
+	at, ok := t.timers.next()
+	if dl, aligning := t.alignmentDeadline(); aligning && (!ok || dl.Before(at)) {
+		at, ok = dl, true
+	}
+	if ok {
 		d := time.Until(at)
 		if d <= 0 {
 			return nil

@@ -278,3 +278,64 @@ func (s *perCheckpoint[T]) Snapshot(id barrier.CheckpointID) (state.OperatorStat
 	s.read = 0
 	return s.Source.Snapshot(id)
 }
+
+// Stall stops one source subtask for a while: after reading After records
+// (in each attempt, until released) its Read blocks until Release, or until
+// its run ends. Meanwhile it emits no record and takes no checkpoint
+// trigger, so no barrier comes from it: the stalled input of alignment
+// timeout tests.
+type Stall struct {
+	Subtask, After int
+
+	release     chan struct{}
+	releaseOnce sync.Once
+	stalled     chan struct{}
+	stallOnce   sync.Once
+}
+
+// NewStall returns a stall of subtask after it read after records.
+func NewStall(subtask, after int) *Stall {
+	return &Stall{Subtask: subtask, After: after, release: make(chan struct{}), stalled: make(chan struct{})}
+}
+
+// Release ends the stall, for good; it may be called more than once.
+func (s *Stall) Release() { s.releaseOnce.Do(func() { close(s.release) }) }
+
+// Stalled is closed when the subtask first stalls.
+func (s *Stall) Stalled() <-chan struct{} { return s.stalled }
+
+// StallSource wraps a source factory with st.
+func StallSource[T any](src func() runtime.Source[T], st *Stall) func() runtime.Source[T] {
+	return func() runtime.Source[T] { return &stalling[T]{Source: src(), st: st} }
+}
+
+type stalling[T any] struct {
+	runtime.Source[T]
+	st   *Stall
+	ctx  *runtime.Context
+	read int
+}
+
+func (s *stalling[T]) Open(ctx *runtime.Context) error {
+	s.ctx = ctx
+	return s.Source.Open(ctx)
+}
+
+func (s *stalling[T]) Read(buf []T) ([]T, error) {
+	if s.ctx.Subtask == s.st.Subtask && s.read >= s.st.After {
+		select {
+		case <-s.st.release:
+		default:
+			s.st.stallOnce.Do(func() { close(s.st.stalled) })
+			select {
+			case <-s.st.release:
+			case <-s.ctx.Context().Done():
+				return buf, nil
+			}
+		}
+	}
+	before := len(buf)
+	buf, err := s.Source.Read(buf)
+	s.read += len(buf) - before
+	return buf, err
+}

@@ -1,0 +1,116 @@
+package runtime_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ebbflow/ebbflow/internal/chaos"
+	"github.com/ebbflow/ebbflow/operators"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stallWatch is a Listener that releases a stall once it heard enough
+// aborts, and says when a checkpoint completed after the release.
+type stallWatch struct {
+	stall     *chaos.Stall
+	want      int // alignment-timeout aborts before the release
+	mu        sync.Mutex
+	aborts    []error // every abort's error, in order
+	alignment int
+	released  bool
+	completed chan struct{} // closed at the first completion after the release
+	closeOnce sync.Once
+}
+
+func (w *stallWatch) listen(ev runtime.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch ev.Kind {
+	case runtime.EventCheckpointAborted:
+		w.aborts = append(w.aborts, ev.Err)
+		var ate *runtime.AlignmentTimeoutError
+		if errors.As(ev.Err, &ate) {
+			w.alignment++
+		}
+		// Any other abort would repeat for ever: release and let the
+		// test report it.
+		if w.alignment >= w.want || ate == nil {
+			w.released = true
+			w.stall.Release()
+		}
+	case runtime.EventCheckpointCompleted:
+		if w.released {
+			w.closeOnce.Do(func() { close(w.completed) })
+		}
+	}
+}
+
+// TestAlignmentTimeoutAbortsNamingTheSlowInput: one source subtask of two
+// stops sending anything, barriers included; the sink downstream blocks the
+// other input at each barrier and, after the alignment timeout, aborts the
+// checkpoint with an error naming the stalled subtask and the time waited.
+// The job goes on; once the stall ends the next checkpoint completes. In a
+// synctest bubble the alignment timer and the coordinator's timers fire in
+// fake time, so the run takes no wall-clock time and the waits are exact.
+func TestAlignmentTimeoutAbortsNamingTheSlowInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const alignTimeout = 50 * time.Millisecond
+		reg := prometheus.NewRegistry()
+		w := &stallWatch{stall: chaos.NewStall(1, 100), want: 3, completed: make(chan struct{})}
+		j := runtime.NewJob(runtime.Options{Name: "stalled", DataDir: t.TempDir(), Registerer: reg, Listener: w.listen,
+			Checkpoint: runtime.CheckpointOptions{Interval: 10 * time.Millisecond, Timeout: time.Second, AlignmentTimeout: alignTimeout}})
+		seq := chaos.StallSource(operators.NewSequence(operators.SequenceConfig{Rate: 10_000}), w.stall)
+		src := runtime.FromSource(j, "seq", seq, runtime.WithParallelism(2))
+		var sunk atomic.Int64
+		runtime.SinkTo(runtime.Rebalance(src, "spread"), "sink", operators.NewDiscard[operators.Event](&sunk))
+		done := make(chan error, 1)
+		go func() { done <- j.Run(t.Context()) }()
+		<-w.stall.Stalled()
+		atStall := sunk.Load()
+		<-w.completed
+		j.Stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.alignment < w.want {
+			t.Fatalf("aborts %v, want %d for the alignment timeout first", w.aborts, w.want)
+		}
+		for _, err := range w.aborts {
+			var ate *runtime.AlignmentTimeoutError
+			if !errors.As(err, &ate) {
+				t.Fatalf("abort %v, want an alignment timeout", err)
+			}
+			if ate.Task != "spread -> sink (1/1)" || !slices.Equal(ate.Late, []string{"seq (2/2)"}) || ate.Waited != alignTimeout {
+				t.Errorf("abort %+v: want task spread -> sink (1/1) late for seq (2/2) after %s", ate, alignTimeout)
+			}
+			want := fmt.Sprintf("task spread -> sink (1/1): checkpoint %d: alignment timed out after 50ms waiting for the barrier of seq (2/2)", ate.Checkpoint)
+			if err.Error() != want {
+				t.Errorf("abort error %q, want %q", err, want)
+			}
+		}
+		// The fast input was read again after each abort: records flowed
+		// while the other source stalled.
+		if sunk.Load() <= atStall {
+			t.Errorf("sink received %d records at the stall and %d at the end: the stall stopped the job", atStall, sunk.Load())
+		}
+		st := j.Status()
+		if st.Aborted != len(w.aborts) || st.LastAborted == nil || st.LastAborted.Err == nil ||
+			!strings.Contains(st.LastAborted.Err.Error(), "seq (2/2)") || st.LastAborted.Aborted.Before(st.LastAborted.Triggered) {
+			t.Errorf("status: %d aborted, last %+v; want %d, the last naming seq (2/2)", st.Aborted, st.LastAborted, len(w.aborts))
+		}
+		if got := labeled(t, reg, "ebbflow_checkpoint_aborts_total", "reason", "alignment_timeout"); got != float64(w.alignment) {
+			t.Errorf("ebbflow_checkpoint_aborts_total{reason=alignment_timeout} = %v, want %d", got, w.alignment)
+		}
+	})
+}
