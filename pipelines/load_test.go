@@ -273,8 +273,12 @@ func TestRuntimeOptions(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
-	if s := load(t, Options{}, "testdata/valid/issue.yaml")[0].Spec.RuntimeOptions(); s.Restart.MaxAttempts != 10 || s.Checkpoint.Mode != barrier.ExactlyOnce {
+	if s := load(t, Options{}, "testdata/valid/issue.yaml")[0].Spec.RuntimeOptions(); s.Restart.MaxAttempts != 10 || s.Checkpoint.Mode != barrier.ExactlyOnce ||
+		s.Checkpoint.AlignmentTimeout != 0 {
 		t.Errorf("defaults: %+v", s)
+	}
+	if s := load(t, Options{Set: []string{"checkpoint.alignment_timeout=2s"}}, "testdata/valid/issue.yaml")[0].Spec.RuntimeOptions(); s.Checkpoint.AlignmentTimeout != 2*time.Second {
+		t.Errorf("alignment_timeout=2s: %+v", s.Checkpoint)
 	}
 }
 

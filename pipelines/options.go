@@ -28,6 +28,8 @@ func (s *Spec) RuntimeOptions() runtime.Options {
 			Timeout:  s.Checkpoint.Timeout.Std(),
 			Retain:   s.Checkpoint.Retain,
 			Mode:     mode,
+			// validated against mode and timeout by the loader
+			AlignmentTimeout: s.Checkpoint.AlignmentTimeout.Std(),
 		},
 		Restart: runtime.RestartOptions{
 			MaxAttempts:    attempts,

@@ -215,6 +215,10 @@ type Checkpoint struct {
 	Timeout  Duration       `yaml:"timeout" default:"10m" min:"1ms" doc:"a checkpoint not completed by then is aborted"`
 	Retain   int            `yaml:"retain" default:"3" min:"1" doc:"completed checkpoints kept"`
 	Mode     CheckpointMode `yaml:"mode" default:"exactly_once" doc:"exactly_once (aligned barriers) or at_least_once"`
+	// AlignmentTimeout is off by default: aborting is no cure for a
+	// backpressured job (no checkpoint would complete, and exactly-once
+	// sinks commit only at completed ones), only for a stalled input.
+	AlignmentTimeout Duration `yaml:"alignment_timeout" default:"0s" doc:"a checkpoint whose barrier a subtask has waited for on some inputs this long, since the first reached it, is aborted naming the slow inputs, and the next is tried; 0s: off (wait up to timeout); exactly_once only, shorter than timeout (docs/RUNTIME.md#alignment-timeout)"`
 }
 
 // Restart configures in-process restarts.

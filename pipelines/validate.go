@@ -108,6 +108,13 @@ func (v *validator) validate() *Pipeline {
 			v.fail(fmt.Sprintf("http.allowed_hosts[%d]", i), "%q is not a host name (no port, no scheme)", h)
 		}
 	}
+	if at := s.Checkpoint.AlignmentTimeout; at > 0 {
+		if s.Checkpoint.Mode == "at_least_once" {
+			v.fail("checkpoint.alignment_timeout", "alignment_timeout needs mode exactly_once (at_least_once does not align)")
+		} else if at >= s.Checkpoint.Timeout {
+			v.fail("checkpoint.alignment_timeout", "alignment_timeout %s must be shorter than timeout %s", at, s.Checkpoint.Timeout)
+		}
+	}
 	if s.Restart.InitialBackoff > s.Restart.MaxBackoff {
 		v.fail("restart.initial_backoff", "initial_backoff %s exceeds max_backoff %s", s.Restart.InitialBackoff, s.Restart.MaxBackoff)
 	}
