@@ -18,16 +18,21 @@ import (
 )
 
 // stallWatch is a Listener that releases a stall once it heard enough
-// aborts, and says when a checkpoint completed after the release.
+// alignment-timeout aborts, and says when a checkpoint completed after the
+// release. A checkpoint timeout releases it too: without alignment
+// timeouts the stall would otherwise last for ever, and the test reports
+// the missing aborts instead of hanging.
 type stallWatch struct {
-	stall     *chaos.Stall
-	want      int // alignment-timeout aborts before the release
-	mu        sync.Mutex
-	aborts    []error // every abort's error, in order
-	alignment int
-	released  bool
-	completed chan struct{} // closed at the first completion after the release
-	closeOnce sync.Once
+	stall         *chaos.Stall
+	want          int  // alignment-timeout aborts before the release
+	crash         bool // crash the stalled subtask at the first of them
+	mu            sync.Mutex
+	beforeRelease []error // every abort's error until the release, in order
+	alignment     int     // alignment-timeout aborts among them
+	restarts      int     // restarts during the stall
+	released      bool
+	completed     chan struct{} // closed at the first completion after the release
+	closeOnce     sync.Once
 }
 
 func (w *stallWatch) listen(ev runtime.Event) {
@@ -35,16 +40,24 @@ func (w *stallWatch) listen(ev runtime.Event) {
 	defer w.mu.Unlock()
 	switch ev.Kind {
 	case runtime.EventCheckpointAborted:
-		w.aborts = append(w.aborts, ev.Err)
+		if w.released {
+			return
+		}
+		w.beforeRelease = append(w.beforeRelease, ev.Err)
 		var ate *runtime.AlignmentTimeoutError
 		if errors.As(ev.Err, &ate) {
 			w.alignment++
+			if w.crash {
+				w.stall.Crash()
+			}
 		}
-		// Any other abort would repeat for ever: release and let the
-		// test report it.
-		if w.alignment >= w.want || ate == nil {
+		if w.alignment >= w.want || strings.HasPrefix(ev.Err.Error(), "timed out after") {
 			w.released = true
 			w.stall.Release()
+		}
+	case runtime.EventState:
+		if ev.State == runtime.StateRestarting && !w.released {
+			w.restarts++
 		}
 	case runtime.EventCheckpointCompleted:
 		if w.released {
@@ -84,9 +97,9 @@ func TestAlignmentTimeoutAbortsNamingTheSlowInput(t *testing.T) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.alignment < w.want {
-			t.Fatalf("aborts %v, want %d for the alignment timeout first", w.aborts, w.want)
+			t.Fatalf("aborts %v, want %d for the alignment timeout first", w.beforeRelease, w.want)
 		}
-		for _, err := range w.aborts {
+		for _, err := range w.beforeRelease {
 			var ate *runtime.AlignmentTimeoutError
 			if !errors.As(err, &ate) {
 				t.Fatalf("abort %v, want an alignment timeout", err)
@@ -105,9 +118,9 @@ func TestAlignmentTimeoutAbortsNamingTheSlowInput(t *testing.T) {
 			t.Errorf("sink received %d records at the stall and %d at the end: the stall stopped the job", atStall, sunk.Load())
 		}
 		st := j.Status()
-		if st.Aborted != len(w.aborts) || st.LastAborted == nil || st.LastAborted.Err == nil ||
+		if st.Aborted != len(w.beforeRelease) || st.LastAborted == nil || st.LastAborted.Err == nil ||
 			!strings.Contains(st.LastAborted.Err.Error(), "seq (2/2)") || st.LastAborted.Aborted.Before(st.LastAborted.Triggered) {
-			t.Errorf("status: %d aborted, last %+v; want %d, the last naming seq (2/2)", st.Aborted, st.LastAborted, len(w.aborts))
+			t.Errorf("status: %d aborted, last %+v; want %d, the last naming seq (2/2)", st.Aborted, st.LastAborted, len(w.beforeRelease))
 		}
 		if got := labeled(t, reg, "ebbflow_checkpoint_aborts_total", "reason", "alignment_timeout"); got != float64(w.alignment) {
 			t.Errorf("ebbflow_checkpoint_aborts_total{reason=alignment_timeout} = %v, want %d", got, w.alignment)

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -291,15 +292,24 @@ type Stall struct {
 	releaseOnce sync.Once
 	stalled     chan struct{}
 	stallOnce   sync.Once
+	crash       chan struct{}
+	crashOnce   sync.Once
+	crashed     atomic.Bool
 }
 
 // NewStall returns a stall of subtask after it read after records.
 func NewStall(subtask, after int) *Stall {
-	return &Stall{Subtask: subtask, After: after, release: make(chan struct{}), stalled: make(chan struct{})}
+	return &Stall{Subtask: subtask, After: after, release: make(chan struct{}), stalled: make(chan struct{}),
+		crash: make(chan struct{})}
 }
 
 // Release ends the stall, for good; it may be called more than once.
 func (s *Stall) Release() { s.releaseOnce.Do(func() { close(s.release) }) }
+
+// Crash makes the stalled Read fail once with an injected fault (the
+// attempt restarts, and the subtask stalls again in the next one); it may
+// be called more than once.
+func (s *Stall) Crash() { s.crashOnce.Do(func() { close(s.crash) }) }
 
 // Stalled is closed when the subtask first stalls.
 func (s *Stall) Stalled() <-chan struct{} { return s.stalled }
@@ -323,19 +333,36 @@ func (s *stalling[T]) Open(ctx *runtime.Context) error {
 
 func (s *stalling[T]) Read(buf []T) ([]T, error) {
 	if s.ctx.Subtask == s.st.Subtask && s.read >= s.st.After {
-		select {
-		case <-s.st.release:
-		default:
-			s.st.stallOnce.Do(func() { close(s.st.stalled) })
-			select {
-			case <-s.st.release:
-			case <-s.ctx.Context().Done():
-				return buf, nil
-			}
+		if err := s.stall(); err != nil {
+			return buf, err
 		}
 	}
 	before := len(buf)
 	buf, err := s.Source.Read(buf)
 	s.read += len(buf) - before
 	return buf, err
+}
+
+// stall waits for the release, the end of the run (nil both), or a crash.
+func (s *stalling[T]) stall() error {
+	select {
+	case <-s.st.release:
+		return nil
+	default:
+	}
+	s.st.stallOnce.Do(func() { close(s.st.stalled) })
+	crash := s.st.crash
+	for {
+		select {
+		case <-s.st.release:
+			return nil
+		case <-crash:
+			if s.st.crashed.CompareAndSwap(false, true) {
+				return fmt.Errorf("%w: the stalled source subtask %d crashes", ErrInjected, s.st.Subtask)
+			}
+			crash = nil // crashed already: wait on
+		case <-s.ctx.Context().Done():
+			return nil
+		}
+	}
 }

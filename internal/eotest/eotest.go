@@ -24,6 +24,8 @@ type Config struct {
 	// records between its barriers (chaos.PerCheckpoint): the input then
 	// takes a number of checkpoints set by Count, whatever the machine.
 	PerCheckpoint int
+	// WrapSource, if set, wraps the sequence source (a stall).
+	WrapSource func(func() runtime.Source[operators.Event]) func() runtime.Source[operators.Event]
 	// Wrap, if set, adds operators between the source and the keyBy (fault
 	// injection).
 	Wrap func(runtime.Stream[operators.Event]) runtime.Stream[operators.Event]
@@ -41,6 +43,9 @@ func Build(j *runtime.Job, cfg Config, outDir string) {
 	seq := operators.NewSequence(operators.SequenceConfig{Count: cfg.Count, Keys: cfg.Keys, Rate: cfg.Rate})
 	if cfg.PerCheckpoint > 0 {
 		seq = chaos.PerCheckpoint(seq, cfg.PerCheckpoint)
+	}
+	if cfg.WrapSource != nil {
+		seq = cfg.WrapSource(seq)
 	}
 	src := runtime.FromSource(j, "sequence", seq, runtime.WithParallelism(cfg.Parallelism))
 	if cfg.Wrap != nil {
