@@ -16,5 +16,9 @@
 //   - in exactly-once mode an input that delivered barrier N delivers nothing
 //     more until N is snapshotted or aborted, so a snapshot holds everything
 //     before N and nothing after it;
-//   - an input that ended counts as aligned for every later barrier.
+//   - an input that ended counts as aligned for every later barrier;
+//   - the aligner reads no clock: the task owns the alignment timer and
+//     reports its expiry, which aborts the pending alignment (naming the
+//     inputs still late) unless its checkpoint is the initial or a final
+//     one.
 package barrier
