@@ -47,6 +47,10 @@ const (
 	// AlignmentTimedOut: the task's alignment timeout passed before every
 	// input delivered the barrier (OnAlignmentTimeout).
 	AlignmentTimedOut
+	// CoordinatorAborted: the coordinator aborted the checkpoint (for
+	// another subtask's reason, or its timeout) while this one aligned it
+	// (OnAborted); it knows, so the task need not decline it.
+	CoordinatorAborted
 )
 
 func (r AbortReason) String() string {
@@ -57,6 +61,8 @@ func (r AbortReason) String() string {
 		return "canceled"
 	case AlignmentTimedOut:
 		return "alignment timed out"
+	case CoordinatorAborted:
+		return "aborted by the coordinator"
 	}
 	return fmt.Sprintf("AbortReason(%d)", uint8(r))
 }
@@ -196,6 +202,22 @@ func (a *Aligner) OnCancel(i int, id CheckpointID) []Action {
 	// so its barriers are ignored when they come.
 	a.started, a.current = true, id
 	return append(acts, Action{Kind: Abort, ID: id, Reason: Canceled})
+}
+
+// OnAborted handles the coordinator's notice that checkpoint id, and every
+// earlier one, was aborted: an alignment pending for one of them ends (its
+// blocked inputs are read again instead of waiting for barriers that may
+// come late or never), and their barriers are ignored when they come.
+func (a *Aligner) OnAborted(id CheckpointID) []Action {
+	if a.started && id < a.current {
+		return nil
+	}
+	var acts []Action
+	if a.pending {
+		acts = a.abortPending(acts, CoordinatorAborted, nil)
+	}
+	a.started, a.current = true, id
+	return acts
 }
 
 // CanTimeOut reports whether the pending alignment is one that an

@@ -100,9 +100,9 @@ type model struct {
 	ended   []bool
 	// delivered[i] holds the barrier ids read on input i.
 	delivered []map[CheckpointID]bool
-	decided   []Action // Snapshot and Abort, in order
-	endOut    bool     // EndOfInput was returned
-	timedOut  map[CheckpointID]bool
+	decided   []Action              // Snapshot and Abort, in order
+	endOut    bool                  // EndOfInput was returned
+	timedOut  map[CheckpointID]bool // aborted by a timeout, or by a coordinator's notice
 	trace     strings.Builder
 }
 
@@ -120,9 +120,12 @@ func simulate(seed uint64) (trace string, err error) {
 		delivered: make([]map[CheckpointID]bool, n),
 		timedOut:  map[CheckpointID]bool{},
 	}
-	pTimeout := 0.0 // the task's alignment timer expiring, per step
+	pTimeout, pNotice := 0.0, 0.0 // per step: the task's alignment timer expires, the coordinator's abort notice comes
 	if r.IntN(3) == 0 {
 		pTimeout = r.Float64() * 0.3
+	}
+	if r.IntN(3) == 0 {
+		pNotice = r.Float64() * 0.2
 	}
 	m.a = NewAligner(n, m.mode)
 	fmt.Fprintf(&m.trace, "%v, %d inputs\n", m.mode, n)
@@ -146,6 +149,15 @@ func simulate(seed uint64) (trace string, err error) {
 		if len(readable) == 0 {
 			return "", m.checkOutcome()
 		}
+		if r.Float64() < pNotice {
+			// The newest id seen, one before or one after (never below 0).
+			id, _ := m.a.Pending()
+			id = max(id+CheckpointID(r.IntN(3)), 1) - 1
+			if err := m.notice(id); err != nil {
+				return "", err
+			}
+			continue
+		}
 		if r.Float64() < pTimeout {
 			// Mostly the pending id's timer; sometimes a stale or unknown one.
 			id, _ := m.a.Pending()
@@ -160,6 +172,44 @@ func simulate(seed uint64) (trace string, err error) {
 			return "", err
 		}
 	}
+}
+
+// notice tells the aligner that the coordinator aborted id (and every
+// earlier one): a pending alignment of an id ≤ id is aborted, and no id ≤ id
+// not decided yet is ever snapshotted.
+func (m *model) notice(id CheckpointID) error {
+	pending, ok := m.a.Pending()
+	ok = ok && pending <= id
+	acts := m.a.OnAborted(id)
+	fmt.Fprintf(&m.trace, "aborted %d -> %v\n", id, acts)
+	for older := range id + 1 {
+		if !m.snapshotted(older) {
+			m.timedOut[older] = true
+		}
+	}
+	if !ok {
+		if len(acts) > 0 {
+			return fmt.Errorf("abort notice %d with nothing at or below it pending: %v", id, acts)
+		}
+		return m.checkState()
+	}
+	if len(acts) == 0 || acts[0].Kind != Abort || acts[0].ID != pending || acts[0].Reason != CoordinatorAborted {
+		return fmt.Errorf("abort notice %d: %v, want the abort of the pending %d", id, acts, pending)
+	}
+	if err := m.decide(acts[0], pending); err != nil {
+		return err
+	}
+	for _, act := range acts[1:] {
+		if act.Kind != Resume || !slices.Contains(m.blocked, true) {
+			return fmt.Errorf("abort notice %d: unexpected %v", id, act)
+		}
+		clear(m.blocked)
+	}
+	return m.checkState()
+}
+
+func (m *model) snapshotted(id CheckpointID) bool {
+	return slices.ContainsFunc(m.decided, func(d Action) bool { return d.Kind == Snapshot && d.Barrier.ID == id })
 }
 
 // timeout fires the alignment timer of id: it aborts id if, and only if,

@@ -15,6 +15,7 @@ import (
 //	cancel input=<i> id=<n>
 //	end input=<i>
 //	timeout id=<n>     the task's alignment timer for checkpoint n expired
+//	aborted id=<n>     the coordinator's notice: checkpoint n was aborted
 //	state
 //
 // Each event prints the actions the aligner returns, one per line, or
@@ -45,6 +46,9 @@ func TestAligner(t *testing.T) {
 				return catch(func() string { return formatActions(a.OnCancel(scanInput(t, d), id)) })
 			case "end":
 				return catch(func() string { return formatActions(a.OnEndOfInput(scanInput(t, d))) })
+			case "aborted":
+				id := scanID(t, d)
+				return catch(func() string { return formatActions(a.OnAborted(id)) })
 			case "timeout":
 				id := scanID(t, d)
 				return catch(func() string { return formatActions(a.OnAlignmentTimeout(id)) })
