@@ -127,3 +127,50 @@ func TestAlignmentTimeoutAbortsNamingTheSlowInput(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckpointTimeoutEndsAStuckAlignment: without an alignment timeout, a
+// checkpoint that a stalled input holds up is aborted at its Timeout, and
+// the coordinator's abort notice ends the alignment: the subtask reads its
+// fast input again instead of waiting for a barrier that does not come,
+// and records flow between the checkpoints while the stall lasts.
+func TestCheckpointTimeoutEndsAStuckAlignment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stall := chaos.NewStall(1, 100)
+		var sunk atomic.Int64
+		var mu sync.Mutex
+		var firstAbort int64 = -1
+		listen := func(ev runtime.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			if ev.Kind == runtime.EventCheckpointAborted && firstAbort < 0 {
+				firstAbort = sunk.Load()
+			}
+		}
+		j := runtime.NewJob(runtime.Options{Name: "stuck", DataDir: t.TempDir(), Listener: listen,
+			Checkpoint: runtime.CheckpointOptions{Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond}})
+		seq := chaos.StallSource(operators.NewSequence(operators.SequenceConfig{Rate: 10_000}), stall)
+		src := runtime.FromSource(j, "seq", seq, runtime.WithParallelism(2))
+		runtime.SinkTo(runtime.Rebalance(src, "spread"), "sink", operators.NewDiscard[operators.Event](&sunk))
+		done := make(chan error, 1)
+		go func() { done <- j.Run(t.Context()) }()
+		<-stall.Stalled()
+		time.Sleep(2 * time.Second)
+		mu.Lock()
+		atAbort := firstAbort
+		mu.Unlock()
+		after := sunk.Load()
+		stall.Release()
+		j.Stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		st := j.Status()
+		t.Logf("sink: %d records at the first abort, %d 2s later; %d checkpoints aborted", atAbort, after, st.Aborted)
+		if atAbort < 0 || st.Aborted < 5 {
+			t.Fatalf("%d checkpoints aborted, want one every 200ms of the stall", st.Aborted)
+		}
+		if after-atAbort < 1000 {
+			t.Fatalf("the sink received %d records in the 2s after the first abort, want the fast input read between checkpoints", after-atAbort)
+		}
+	})
+}

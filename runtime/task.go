@@ -183,9 +183,11 @@ func (t *task) perform(ctx context.Context, acts []barrier.Action) error {
 				return err
 			}
 		case barrier.Abort:
-			cause, err := t.abortCause(a)
+			if a.Reason != barrier.CoordinatorAborted {
+				cause, err := t.abortCause(a)
+				t.att.coord.decline(ctx, a.ID, cause, err)
+			}
 			t.alignAt = time.Time{}
-			t.att.coord.decline(ctx, a.ID, cause, err)
 			if err := t.emit(envelope{kind: evCancel, cancel: a.ID}); err != nil {
 				return err
 			}
@@ -289,6 +291,12 @@ func (t *task) handleMailbox() (done bool, err error) {
 		}
 		if t.final != nil && n.aborted >= *t.final {
 			return false, fmt.Errorf("final checkpoint %d failed", *t.final)
+		}
+		if t.aligner != nil {
+			// An alignment of it, or of an older one, ends here.
+			if err := t.perform(t.att.ctx, t.aligner.OnAborted(n.aborted)); err != nil {
+				return false, err
+			}
 		}
 	}
 	if n.trigger != nil {
