@@ -365,3 +365,37 @@ func TestStatusTriggerFailedIsAborted(t *testing.T) {
 		t.Fatalf("after Run: in flight %+v, completed %d, restarts %d; want none in flight, 1 completed, 1 restart", st.InFlight, st.Completed, st.Restarts)
 	}
 }
+
+// TestEdges: the job graph of a plan with a rebalance, a fan-in (a union,
+// which chains with nothing) and a broadcast: the edges name the chains of
+// the tasks and their partitioning; before Run there are none.
+func TestEdges(t *testing.T) {
+	j := runtime.NewJob(runtime.Options{Name: "edges", Parallelism: 2})
+	a := runtime.FromSource(j, "a", operators.NewSequence(operators.SequenceConfig{Count: 10}))
+	b := runtime.FromSource(j, "b", operators.NewSequence(operators.SequenceConfig{Count: 10}), runtime.WithParallelism(1))
+	u := runtime.Union("u", runtime.Rebalance(a, "spread"), b)
+	runtime.SinkTo(runtime.Broadcast(u, "all"), "discard", operators.NewDiscard[operators.Event](nil))
+	if e := j.Edges(); len(e) != 0 {
+		t.Fatalf("edges before Run: %+v", e)
+	}
+	if err := j.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	chains := map[string]bool{}
+	for _, ts := range j.Status().Tasks {
+		chains[ts.Chain] = true
+	}
+	var got []string
+	for _, e := range j.Edges() {
+		if !chains[e.From] || !chains[e.To] {
+			t.Errorf("edge %+v names a chain not among the tasks' %v", e, chains)
+		}
+		got = append(got, fmt.Sprintf("%s =%s=> %s", e.From, e.Partitioning, e.To))
+	}
+	checkEvents(t, got, []string{
+		"a =rebalance=> spread",
+		"spread =forward=> u",
+		"b =rebalance=> u", // forward between parallelisms 1 and 2
+		"u =broadcast=> all -> discard",
+	})
+}
