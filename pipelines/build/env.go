@@ -17,6 +17,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
@@ -44,6 +45,10 @@ type Options struct {
 	// TableMinFreeBytes is the free space the tables keep in reserve
 	// (aggmerge.Options.MinFreeBytes; 0: its default).
 	TableMinFreeBytes uint64
+	// Listener, if set, receives the events of every job built
+	// (runtime.Options.Listener, with the job's name); it must return
+	// quickly.
+	Listener func(job string, ev runtime.Event)
 }
 
 // Env is what the jobs of one runner share.
@@ -169,7 +174,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		if err != nil {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
-		e.exporters = append(e.exporters, changelogExport{x: x, table: t})
+		e.exporters = append(e.exporters, changelogExport{x: x, table: t, name: name, spec: cl.spec})
 		e.log.Info("changelog exported", "table", name, "topic", cl.spec.Topic, "cluster", cl.spec.Cluster(),
 			"brokers", conn.Brokers, "transactional_id", id, "format", cl.spec.Format, "mode", cl.spec.Mode)
 	}
@@ -213,6 +218,32 @@ func (e *Env) warnStaleWriters(name string, t *aggmerge.Table, live map[string]b
 type changelogExport struct {
 	x     *export.Exporter
 	table *aggmerge.Table
+	name  string
+	spec  *pipelines.Changelog
+}
+
+// ExporterStatus is where a table's changelog exporter stands.
+type ExporterStatus struct {
+	Table, Topic    string
+	Cluster         string // "embedded" or the brokers (pipelines.Changelog.Cluster)
+	Mode, Format    string
+	TransactionalID string
+	// LogEnds and Exported are per bucket: the table's log end and the
+	// offset below which the exporter has exported or passed over every
+	// entry (export.Exporter.Exported); their difference is its lag.
+	LogEnds, Exported []uint64
+	LastCommit        time.Time // zero before its first transaction
+}
+
+// Exporters returns the status of every changelog exporter, in table order.
+func (e *Env) Exporters() []ExporterStatus {
+	out := make([]ExporterStatus, 0, len(e.exporters))
+	for _, ce := range e.exporters {
+		out = append(out, ExporterStatus{Table: ce.name, Topic: ce.spec.Topic, Cluster: ce.spec.Cluster(), Mode: string(ce.spec.Mode),
+			Format: string(ce.spec.Format), TransactionalID: ce.x.Holder(), LogEnds: ce.table.LogEnds(), Exported: ce.x.Exported(),
+			LastCommit: ce.x.LastCommit()})
+	}
+	return out
 }
 
 type changelogSpec struct {

@@ -43,6 +43,9 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	opts.Logger = e.log
 	opts.Registerer = e.opts.Registerer
 	opts.Restore = restore
+	if l := e.opts.Listener; l != nil {
+		opts.Listener = func(ev runtime.Event) { l(p.Spec.Job.Name, ev) }
+	}
 	j := &Job{p: p, rt: runtime.NewJob(opts)}
 	if cps, err := ListCheckpoints(e.opts.DataDir, p.Spec.Job.Name); err == nil && len(cps) > 0 {
 		j.startAny = true
@@ -333,6 +336,9 @@ func (j *Job) Healthy() (bool, string) {
 
 // Status returns the runtime job's status (see runtime.Job.Status).
 func (j *Job) Status() runtime.JobStatus { return j.rt.Status() }
+
+// Edges returns the edges of the runtime job's graph (runtime.Job.Edges).
+func (j *Job) Edges() []runtime.Edge { return j.rt.Edges() }
 
 // Ready reports whether the job has completed a checkpoint since it began
 // to run: restore and undo are then behind it and its sources read.

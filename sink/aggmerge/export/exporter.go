@@ -29,8 +29,9 @@ type Exporter struct {
 
 	mu struct {
 		sync.Mutex
-		retain []uint64 // per bucket: the lowest log offset still needed
-		done   []uint64 // per bucket: exported or passed over below this
+		retain     []uint64  // per bucket: the lowest log offset still needed
+		done       []uint64  // per bucket: exported or passed over below this
+		lastCommit time.Time // of the last committed transaction
 	}
 }
 
@@ -91,6 +92,14 @@ func (x *Exporter) Exported() []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return append([]uint64(nil), x.mu.done...)
+}
+
+// LastCommit returns when the exporter last committed a transaction; zero
+// before its first.
+func (x *Exporter) LastCommit() time.Time {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.mu.lastCommit
 }
 
 // Holder is the exporter's retention holder on the table: its
@@ -281,6 +290,9 @@ func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 	}
 	x.m.transactions.Inc()
 	x.m.records.Add(float64(len(recs)))
+	x.mu.Lock()
+	x.mu.lastCommit = time.Now()
+	x.mu.Unlock()
 	return nil
 }
 
