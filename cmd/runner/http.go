@@ -77,9 +77,10 @@ type runnerInfo struct {
 }
 
 type server struct {
-	srv  *http.Server
-	done chan struct{}
-	file string
+	srv         *http.Server
+	done        chan struct{}
+	file        string
+	stopSampler func() // the dashboard's samples (runner.sampler)
 }
 
 // serve starts the HTTP server (HTTPS with cfg.TLS), guarded by a guard,
@@ -122,7 +123,7 @@ func (r *runner) serve(addr string, cfg pipelines.HTTP) (*server, error) {
 	g.next = r.routes()
 	s := &server{srv: &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}, done: make(chan struct{}),
-		file: filepath.Join(r.dataDir, runnerFile)}
+		file: filepath.Join(r.dataDir, runnerFile), stopSampler: r.sampler()}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -156,6 +157,7 @@ func (r *runner) routes() *http.ServeMux {
 		r.requestStop()
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "stopping"})
 	})
+	r.dashboardRoutes(mux)
 	return mux
 }
 
@@ -219,7 +221,9 @@ func readToken(path string) (string, error) {
 //     from another origin (Sec-Fetch-Site, Origin) is refused (403);
 //   - a request that changes state (any method but GET and HEAD), and when
 //     the server listens beyond loopback any API request, must carry the
-//     data directory's token as "Authorization: Bearer <token>" (401).
+//     data directory's token as "Authorization: Bearer <token>" (401); the
+//     dashboard's static files (dashboardPath), which hold no data, never
+//     need it.
 type guard struct {
 	next           http.Handler
 	hosts          map[string]bool // lower case, besides localhost and IP addresses
@@ -255,7 +259,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": err.Error()})
 		return
 	}
-	if (!read || g.readsNeedToken) && !g.authorized(req) {
+	if (!read || g.readsNeedToken && !dashboardPath(req.URL.Path)) && !g.authorized(req) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ebbflow runner"`)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "this request needs the token of " + tokenFile +
 			" in the runner's data directory, as the header Authorization: Bearer <token>"})
@@ -313,6 +317,7 @@ func (s *server) shutdown() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
 	<-s.done
+	s.stopSampler()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -333,6 +338,8 @@ type jobStatus struct {
 	LastCheckpoint *uint64 `json:"last_checkpoint,omitempty"`
 	// From the runtime's status (runtime.JobStatus).
 	State              string            `json:"state"`
+	StateSince         time.Time         `json:"state_since"`
+	UptimeSeconds      float64           `json:"uptime_seconds"`
 	Attempt            int               `json:"attempt"`
 	Restarts           int               `json:"restarts"`
 	LastFailure        *failureInfo      `json:"last_failure,omitempty"`
@@ -364,6 +371,7 @@ type taskInfo struct {
 	Chain      string   `json:"chain"`
 	Operators  []string `json:"operators"`
 	Subtask    int      `json:"subtask"`
+	Source     bool     `json:"source,omitempty"`
 	State      string   `json:"state"`
 	RecordsIn  int64    `json:"records_in"`
 	RecordsOut int64    `json:"records_out"`
@@ -374,8 +382,11 @@ type taskInfo struct {
 // running, then stopped or failed.
 func (r *runner) status(j *build.Job) jobStatus {
 	rs := j.Status()
-	st := jobStatus{Name: j.Name(), Parallelism: j.Pipeline().Spec.Job.Parallelism, State: string(rs.State),
+	st := jobStatus{Name: j.Name(), Parallelism: j.Pipeline().Spec.Job.Parallelism, State: string(rs.State), StateSince: rs.Since,
 		Attempt: rs.Attempt, Restarts: rs.Restarts, Checkpoints: rs.Completed}
+	if !r.started.IsZero() {
+		st.UptimeSeconds = time.Since(r.started).Seconds()
+	}
 	st.Healthy, st.Health = j.Healthy()
 	r.mu.Lock()
 	err, ended := r.mu.done[j.Name()]
@@ -409,7 +420,7 @@ func (r *runner) status(j *build.Job) jobStatus {
 		st.InFlight = &checkpointStatus{ID: uint64(c.ID), Final: c.Final, Triggered: c.Triggered}
 	}
 	for _, t := range rs.Tasks {
-		st.Tasks = append(st.Tasks, taskInfo{Chain: t.Chain, Operators: t.Operators, Subtask: t.Subtask, State: string(t.State),
+		st.Tasks = append(st.Tasks, taskInfo{Chain: t.Chain, Operators: t.Operators, Subtask: t.Subtask, Source: t.Source, State: string(t.State),
 			RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
 	}
 	return st
@@ -513,14 +524,17 @@ type tableInfo struct {
 	Buckets int               `json:"buckets"`
 	Key     []aggmerge.Column `json:"key"`
 	Columns []aggmerge.Column `json:"columns"`
+	tableDetail
 }
 
 func (r *runner) apiTables(w http.ResponseWriter, _ *http.Request) {
 	tables := []tableInfo{}
+	undos := r.undos()
 	for _, name := range r.env.TableNames() {
 		t, _ := r.env.Table(name)
 		s := t.Schema()
-		tables = append(tables, tableInfo{Name: name, Rows: t.Count(), Buckets: s.Buckets, Key: s.Key, Columns: s.Values})
+		tables = append(tables, tableInfo{Name: name, Rows: t.Count(), Buckets: s.Buckets, Key: s.Key, Columns: s.Values,
+			tableDetail: tableDetailOf(t, undos)})
 	}
 	writeJSON(w, http.StatusOK, tables)
 }

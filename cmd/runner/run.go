@@ -94,6 +94,8 @@ type runner struct {
 	dataDir  string
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed by POST /api/v1/stop
+	started  time.Time     // when the jobs started to run
+	dash     dashboard
 	mu       struct {
 		sync.Mutex
 		done map[string]error // jobs that returned
@@ -142,7 +144,8 @@ func run(ctx context.Context, f *runFlags) error {
 	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(),
 		freeSpaceGauge(r.dataDir))
 	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: port,
-		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo, TableMinFreeBytes: testOptions.TableMinFreeBytes})
+		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo, TableMinFreeBytes: testOptions.TableMinFreeBytes,
+		Listener: r.dash.listen})
 	defer func() {
 		if err := r.env.Close(); err != nil {
 			r.log.Error("close", "err", err)
@@ -172,6 +175,7 @@ func run(ctx context.Context, f *runFlags) error {
 		}))
 	}
 
+	r.started = time.Now() // before the server reads it
 	addr := first.HTTP.Address
 	if f.httpAddress != "" {
 		addr = f.httpAddress
