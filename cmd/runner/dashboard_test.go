@@ -62,17 +62,6 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
-// sourceRecords is what the source chains of a graph read.
-func sourceRecords(g graphInfo) int64 {
-	var n int64
-	for _, c := range g.Chains {
-		if c.Source {
-			n += c.RecordsIn
-		}
-	}
-	return n
-}
-
 // TestDashboardAPI runs the quickstart and reads every endpoint the
 // dashboard shows: the graph (chains, the edge between them, records per
 // chain agreeing with the job's tasks), the checkpoint history (agreeing

@@ -103,6 +103,7 @@
     return n.toLocaleString("en-US", { maximumFractionDigits: digits === undefined ? 1 : digits });
   }
   function ms(n) { return n === null || n === undefined ? NA : num(n, 1) + " ms"; }
+  function perS(n) { return n === null || n === undefined ? NA : num(n, 0) + " ms/s"; }
   function bytes(n) {
     if (n === null || n === undefined) return NA;
     const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -139,12 +140,15 @@
 
   const COLORS = ["#2f6fdf", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285"];
 
-  // lineChart draws series [{name, points: [[ms since epoch, value]]}] over
-  // the last `span` milliseconds as an SVG line chart.
-  function lineChart(title, series, unit, span) {
+  // lineChart draws series [{name, points: [[ms since epoch, value]]}] as
+  // an SVG line chart over the last 5 minutes, or since the oldest point
+  // (at least a minute).
+  function lineChart(title, series, unit) {
     const W = 420, H = 140, L = 52, R = 8, T = 22, B = 20;
     const now = Date.now();
-    span = span || 5 * 60 * 1000;
+    let oldest = now;
+    for (const s of series) for (const [t] of s.points) if (t < oldest) oldest = t;
+    const span = Math.min(5 * 60 * 1000, Math.max(60 * 1000, now - oldest));
     let max = 0;
     for (const s of series) for (const [, v] of s.points) if (v > max) max = v;
     max = max > 0 ? max * 1.1 : 1;
@@ -156,7 +160,7 @@
     chart.append(svg("line", { x1: L, y1: T, x2: L, y2: y(0), class: "axis" }));
     chart.append(svg("text", { x: L - 4, y: T + 4, class: "tick", "text-anchor": "end" }, num(max, max < 10 ? 2 : 0)));
     chart.append(svg("text", { x: L - 4, y: y(0), class: "tick", "text-anchor": "end" }, "0"));
-    chart.append(svg("text", { x: L, y: H - 4, class: "tick" }, "−" + Math.round(span / 60000) + " min"));
+    chart.append(svg("text", { x: L, y: H - 4, class: "tick" }, "−" + (span >= 60 * 1000 ? Math.round(span / 60000) + " min" : duration(span / 1000))));
     chart.append(svg("text", { x: W - R, y: H - 4, class: "tick", "text-anchor": "end" }, "now" + (unit ? " · " + unit : "")));
     series.forEach((s, i) => {
       const pts = s.points.filter(([t]) => t >= now - span);
@@ -234,8 +238,8 @@
           el("td", null, c.name), cell("subtask", s.subtask), cell("state", s.state, "state-" + s.state),
           cell("records_in", int(s.records_in)), cell("records_out", int(s.records_out)),
           cell("records_in_per_s", num(s.records_in_per_s, 0)), cell("records_out_per_s", num(s.records_out_per_s, 0)),
-          cell("busy", ms(s.busy_ms_per_s) + "/s"), cell("backpressured", ms(s.backpressured_ms_per_s) + "/s"),
-          cell("idle", ms(s.idle_ms_per_s) + "/s")));
+          cell("busy", perS(s.busy_ms_per_s)), cell("backpressured", perS(s.backpressured_ms_per_s)),
+          cell("idle", perS(s.idle_ms_per_s))));
       }
     }
     return [
@@ -260,7 +264,8 @@
       const d = depth.get(c.name);
       (cols[d] = cols[d] || []).push(c);
     }
-    const BW = 250, BH = 92, GX = 80, GY = 24, PAD = 12;
+    // About 6.6 px a character of the bold 11 px chain names.
+    const BW = Math.max(250, ...g.chains.map((c) => 20 + 6.6 * c.operators.join(" → ").length)), BH = 92, GX = 80, GY = 24, PAD = 12;
     const pos = new Map();
     cols.forEach((col, d) => col.forEach((c, i) => pos.set(c.name, { x: PAD + d * (BW + GX), y: PAD + i * (BH + GY) })));
     const width = PAD * 2 + cols.length * BW + Math.max(0, cols.length - 1) * GX;
@@ -296,6 +301,8 @@
     return el("div", { class: "graph-wrap" }, root);
   }
 
+  const CHECKPOINT_ROWS = 20;
+
   async function checkpointsPage() {
     const jobs = await api("/api/v1/jobs");
     const out = [];
@@ -303,7 +310,7 @@
       const name = encodeURIComponent(j.name);
       const [hist, retained] = await Promise.all([api("/api/v1/jobs/" + name + "/checkpoints/history"),
         api("/api/v1/jobs/" + name + "/checkpoints").catch(() => [])]);
-      const rows = hist.checkpoints.map((c) => el("tr", { "data-id": c.id, class: "cp-" + c.status },
+      const rows = hist.checkpoints.slice(0, CHECKPOINT_ROWS).map((c) => el("tr", { "data-id": c.id, class: "cp-" + c.status },
         cell("id", String(c.id)), cell("status", c.status + (c.final ? " (final)" : ""), "state-" + c.status),
         cell("attempt", int(c.attempt)), cell("triggered", time(c.triggered)), cell("duration", ms(c.duration_ms)),
         cell("size", bytes(c.size_bytes)), cell("alignment", ms(c.alignment_ms)), cell("error", c.error || "", "bad wrap")));
@@ -320,7 +327,9 @@
           " · retained on disk ", el("span", { "data-field": "retained" }, retained.filter((c) => c.completed).map((c) => c.id).join(", ") || "none")),
         el("div", { class: "charts" }, lineChart("checkpoint duration", [{ name: j.name, points }], "ms")),
         table(["id", "status", "attempt", "triggered", "duration", "size", "alignment", "failure"], rows,
-          { class: "checkpoints", "data-job": j.name })));
+          { class: "checkpoints", "data-job": j.name }),
+        hist.checkpoints.length > CHECKPOINT_ROWS ? el("p", { class: "muted" }, "The newest " + CHECKPOINT_ROWS + " of " +
+          hist.checkpoints.length + "; all of them in /api/v1/jobs/" + j.name + "/checkpoints/history.") : null));
     }
     return out.length ? out : [el("p", null, "No jobs.")];
   }
