@@ -264,8 +264,8 @@
       const d = depth.get(c.name);
       (cols[d] = cols[d] || []).push(c);
     }
-    // About 6.6 px a character of the bold 11 px chain names.
-    const BW = Math.max(250, ...g.chains.map((c) => 20 + 6.6 * c.operators.join(" → ").length)), BH = 92, GX = 80, GY = 24, PAD = 12;
+    // About 7.2 px a character of the bold 11 px chain names.
+    const BW = Math.max(250, ...g.chains.map((c) => 20 + 7.2 * c.operators.join(" → ").length)), BH = 100, GX = 80, GY = 24, PAD = 12;
     const pos = new Map();
     cols.forEach((col, d) => col.forEach((c, i) => pos.set(c.name, { x: PAD + d * (BW + GX), y: PAD + i * (BH + GY) })));
     const width = PAD * 2 + cols.length * BW + Math.max(0, cols.length - 1) * GX;
