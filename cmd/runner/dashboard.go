@@ -430,19 +430,19 @@ func (r *runner) apiGraph(w http.ResponseWriter, req *http.Request) {
 	if j == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, r.graph(j))
+	prev, last := r.dash.lastSamples()
+	writeJSON(w, http.StatusOK, graphOf(j.Name(), j.Status().Tasks, j.Edges(), prev, last))
 }
 
-// graph describes j's graph; the progress is that of the newest sample,
-// the rates between it and the one before.
-func (r *runner) graph(j *build.Job) graphInfo {
-	g := graphInfo{Job: j.Name(), Chains: []chainInfo{}, Edges: []edgeInfo{}}
-	prev, last := r.dash.lastSamples()
+// graphOf describes the graph of job, its current tasks and edges; the
+// progress is that of the newest sample (last), the rates between it and
+// the one before (prev). Either may be nil.
+func graphOf(job string, tasks []runtime.TaskStatus, edges []runtime.Edge, prev, last *sample) graphInfo {
+	g := graphInfo{Job: job, Chains: []chainInfo{}, Edges: []edgeInfo{}}
 	var d time.Duration
 	if prev != nil && last != nil {
 		d = last.Time.Sub(prev.Time)
 	}
-	tasks := j.Status().Tasks
 	if last != nil {
 		g.SampledAt = last.Time
 	}
@@ -450,13 +450,15 @@ func (r *runner) graph(j *build.Job) graphInfo {
 	for _, t := range tasks {
 		// The sampled status, so the counts and their rates agree; a
 		// task not sampled yet shows its current counts.
-		k := taskKey{j.Name(), t.Chain, t.Subtask}
+		k := taskKey{job, t.Chain, t.Subtask}
 		var before *runtime.TaskStatus
 		if last != nil {
 			if s, ok := last.tasks[k]; ok {
 				t = s
-				if p, ok := prev.tasks[k]; prev != nil && ok {
-					before = &p
+				if prev != nil {
+					if p, ok := prev.tasks[k]; ok {
+						before = &p
+					}
 				}
 			}
 		}
@@ -472,7 +474,7 @@ func (r *runner) graph(j *build.Job) graphInfo {
 		c.add(t, before, d)
 		c.Subtasks = append(c.Subtasks, sub)
 	}
-	for _, e := range j.Edges() {
+	for _, e := range edges {
 		g.Edges = append(g.Edges, edgeInfo{From: e.From, To: e.To, Partitioning: e.Partitioning})
 	}
 	return g

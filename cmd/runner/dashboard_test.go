@@ -271,3 +271,49 @@ func TestDashboardSecurity(t *testing.T) {
 		t.Errorf("GET /api/v1/history with the token: %d, want 200", code)
 	}
 }
+
+// TestGraphOf: the graph's counts are the newest sample's and its rates
+// those between the two newest samples; with one sample (or a task the
+// older one missed) the rates are unknown, and without samples the counts
+// are the current ones.
+func TestGraphOf(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	task := func(chain string, sub int, in, out int64) runtime.TaskStatus {
+		return runtime.TaskStatus{Chain: chain, Operators: []string{chain}, Subtask: sub, Parallelism: 2, Source: chain == "src",
+			State: runtime.TaskRunning, RecordsIn: in, RecordsOut: out}
+	}
+	at := func(d time.Duration, tasks ...runtime.TaskStatus) *sample {
+		s := &sample{Time: t0.Add(d), tasks: map[taskKey]runtime.TaskStatus{}}
+		for _, ts := range tasks {
+			s.tasks[taskKey{"j", ts.Chain, ts.Subtask}] = ts
+		}
+		return s
+	}
+	now := []runtime.TaskStatus{task("src", 0, 900, 900), task("src", 1, 900, 900), task("sink", 0, 1800, 0), task("sink", 1, 0, 0)}
+	edges := []runtime.Edge{{From: "src", To: "sink", Partitioning: "hash"}}
+	prev := at(0, task("src", 0, 100, 100), task("src", 1, 200, 200), task("sink", 0, 300, 0))
+	last := at(2*time.Second, task("src", 0, 500, 500), task("src", 1, 600, 600), task("sink", 0, 1100, 0), task("sink", 1, 0, 0))
+
+	g := graphOf("j", now, edges, prev, last)
+	if len(g.Chains) != 2 || len(g.Edges) != 1 || g.Edges[0] != (edgeInfo{"src", "sink", "hash"}) || !g.SampledAt.Equal(last.Time) {
+		t.Fatalf("graph %+v", g)
+	}
+	src, sink := g.Chains[0], g.Chains[1]
+	if !src.Source || src.RecordsIn != 1100 || *src.RecordsInPerS != 400 || *src.Subtasks[1].RecordsOutPerS != 200 ||
+		sink.RecordsIn != 1100 || *sink.Subtasks[0].RecordsInPerS != 400 || sink.Subtasks[1].RecordsInPerS != nil || *sink.RecordsInPerS != 400 {
+		t.Fatalf("rates: src %+v, sink %+v", src, sink)
+	}
+	for _, ch := range g.Chains {
+		if ch.BusyMSPerS != nil || ch.BusyTotalMS != nil {
+			t.Errorf("chain %s has busy time %v", ch.Name, ch.BusyMSPerS)
+		}
+	}
+	g = graphOf("j", now, edges, nil, last) // one sample: counts, no rates
+	if c := g.Chains[0]; c.RecordsIn != 1100 || c.RecordsInPerS != nil {
+		t.Fatalf("one sample: %+v", c)
+	}
+	g = graphOf("j", now, edges, nil, nil) // none: the current counts
+	if c := g.Chains[1]; c.RecordsIn != 1800 || c.RecordsInPerS != nil || len(c.Subtasks) != 2 || !g.SampledAt.IsZero() {
+		t.Fatalf("no sample: %+v", c)
+	}
+}
