@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/ebbflow/ebbflow/pipelines"
 )
 
 // chromiumEnv names a Chromium (or Chrome) binary for the browser tests;
@@ -338,4 +341,41 @@ func checkpointShown(t *testing.T, b *browser, base, sel string) int64 {
 		t.Errorf("%s shows checkpoint %d; the API had %d before and %d after (slack %d)", sel, shown, lo+checkpointSlack, hi, checkpointSlack)
 	}
 	return shown
+}
+
+// TestDashboardTokenInBrowser: beyond loopback the pages load without the
+// token, show no data and ask for it; given it (typed into the page), they
+// render, keep it in the tab's sessionStorage only and never put it into
+// the page. The browser's only console errors are the API's 401s before.
+func TestDashboardTokenInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	r, _ := testRunner(t)
+	e := serveTest(t, r, "0.0.0.0:0", pipelines.HTTP{})
+	_, port, _ := net.SplitHostPort(e.addr)
+	b.do(chromedp.Navigate("http://127.0.0.1:" + port + "/"))
+	b.waitUntil("the token form", `!document.getElementById("token").hidden`)
+	var rendered bool
+	b.eval(`document.body.dataset.ready === "1"`, &rendered)
+	if rendered {
+		t.Fatal("the page rendered the API's data without the token")
+	}
+	b.do(chromedp.SendKeys(chromedp.ID("token-input"), e.token), chromedp.Click(chromedp.CSS(`#token button[type="submit"]`)))
+	b.waitUntil("the page's second render with the token", `document.body.dataset.renders >= 2`)
+	var state struct {
+		Stored string
+		Form   bool
+		Jobs   bool
+		HTML   string
+	}
+	b.eval(`({stored: sessionStorage.getItem("ebbflow-runner-token"), form: document.getElementById("token").hidden,
+		jobs: !!document.getElementById("jobs"), html: document.documentElement.outerHTML})`, &state)
+	if state.Stored != e.token || !state.Form || !state.Jobs || strings.Contains(state.HTML, e.token) {
+		t.Fatalf("after the token: stored %v, form hidden %v, jobs table %v, token in the page %v",
+			state.Stored == e.token, state.Form, state.Jobs, strings.Contains(state.HTML, e.token))
+	}
+	for _, msg := range b.consoleErrors() {
+		if !strings.Contains(msg, "401 (Unauthorized)") {
+			t.Errorf("console: %s", msg)
+		}
+	}
 }
