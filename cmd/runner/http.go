@@ -502,19 +502,16 @@ func listCheckpoints(dataDir, job string) ([]checkpointInfo, error) {
 }
 
 func (r *runner) apiCheckpoints(w http.ResponseWriter, req *http.Request) {
-	name := req.PathValue("name")
-	for _, j := range r.jobs {
-		if j.Name() == name {
-			cps, err := listCheckpoints(r.dataDir, name)
-			if err != nil {
-				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-				return
-			}
-			writeJSON(w, http.StatusOK, cps)
-			return
-		}
+	j := r.job(w, req)
+	if j == nil {
+		return
 	}
-	writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no job %q", name)})
+	cps, err := listCheckpoints(r.dataDir, j.Name())
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, cps)
 }
 
 // tableInfo describes a table in the API.
