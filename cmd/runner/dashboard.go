@@ -170,7 +170,7 @@ func (d *dashboard) listen(job string, ev runtime.Event) {
 	e.Status, e.Final, e.Triggered = status, c.Final, c.Triggered
 	switch ev.Kind {
 	case runtime.EventCheckpointCompleted:
-		ms, size := float64(c.Duration)/float64(time.Millisecond), c.Size
+		ms, size := millis(c.Duration), c.Size
 		e.Completed, e.DurationMS, e.SizeBytes = c.Completed, &ms, &size
 	case runtime.EventCheckpointAborted:
 		e.Completed = ev.Time
@@ -267,7 +267,7 @@ func (r *runner) takeSample() {
 			}
 		}
 		if c := st.LastCompleted; c != nil {
-			id, ms := uint64(c.ID), float64(c.Duration)/float64(time.Millisecond)
+			id, ms := uint64(c.ID), millis(c.Duration)
 			js.LastCheckpoint, js.LastCheckpointMS = &id, &ms
 		}
 		if prev != nil {
@@ -362,21 +362,21 @@ type subtaskInfo struct {
 	taskRates
 }
 
-// taskRates is the progress of a subtask, or the sum over a chain's. The
-// rates and times per second are over the last sample interval, null
-// before two samples; busy, backpressured and idle time are null until
-// the runtime measures them.
+// taskRates is the progress of a subtask, or the sum over a chain's:
+// records and busy, backpressured and idle time (runtime.TaskStatus) since
+// the job started, and their rates per second over the last sample
+// interval, null before two samples.
 type taskRates struct {
 	RecordsIn            int64    `json:"records_in"`
 	RecordsOut           int64    `json:"records_out"`
+	BusyTotalMS          float64  `json:"busy_ms"`
+	BackpressuredTotalMS float64  `json:"backpressured_ms"`
+	IdleTotalMS          float64  `json:"idle_ms"`
 	RecordsInPerS        *float64 `json:"records_in_per_s"`
 	RecordsOutPerS       *float64 `json:"records_out_per_s"`
 	BusyMSPerS           *float64 `json:"busy_ms_per_s"`
 	BackpressuredMSPerS  *float64 `json:"backpressured_ms_per_s"`
 	IdleMSPerS           *float64 `json:"idle_ms_per_s"`
-	BusyTotalMS          *float64 `json:"busy_ms"`
-	BackpressuredTotalMS *float64 `json:"backpressured_ms"`
-	IdleTotalMS          *float64 `json:"idle_ms"`
 }
 
 type edgeInfo struct {
@@ -385,11 +385,8 @@ type edgeInfo struct {
 	Partitioning string `json:"partitioning"`
 }
 
-// taskTimes returns the busy, backpressured and idle time of a subtask,
-// when the runtime measures them (ok).
-func taskTimes(runtime.TaskStatus) (busy, backpressured, idle time.Duration, ok bool) {
-	return 0, 0, 0, false
-}
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func addPtr(p **float64, v float64) {
 	if *p == nil {
@@ -403,26 +400,17 @@ func addPtr(p **float64, v float64) {
 func (x *taskRates) add(t runtime.TaskStatus, prev *runtime.TaskStatus, d time.Duration) {
 	x.RecordsIn += t.RecordsIn
 	x.RecordsOut += t.RecordsOut
-	busy, bp, idle, known := taskTimes(t)
-	if known {
-		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-		addPtr(&x.BusyTotalMS, ms(busy))
-		addPtr(&x.BackpressuredTotalMS, ms(bp))
-		addPtr(&x.IdleTotalMS, ms(idle))
-	}
+	x.BusyTotalMS += millis(t.BusyTime)
+	x.BackpressuredTotalMS += millis(t.BackpressuredTime)
+	x.IdleTotalMS += millis(t.IdleTime)
 	if prev == nil || d <= 0 {
 		return
 	}
 	addPtr(&x.RecordsInPerS, perSecond(float64(t.RecordsIn-prev.RecordsIn), d))
 	addPtr(&x.RecordsOutPerS, perSecond(float64(t.RecordsOut-prev.RecordsOut), d))
-	if pb, pbp, pidle, pknown := taskTimes(*prev); known && pknown {
-		msPerS := func(now, before time.Duration) float64 {
-			return perSecond(float64(now-before)/float64(time.Millisecond), d)
-		}
-		addPtr(&x.BusyMSPerS, msPerS(busy, pb))
-		addPtr(&x.BackpressuredMSPerS, msPerS(bp, pbp))
-		addPtr(&x.IdleMSPerS, msPerS(idle, pidle))
-	}
+	addPtr(&x.BusyMSPerS, perSecond(millis(t.BusyTime-prev.BusyTime), d))
+	addPtr(&x.BackpressuredMSPerS, perSecond(millis(t.BackpressuredTime-prev.BackpressuredTime), d))
+	addPtr(&x.IdleMSPerS, perSecond(millis(t.IdleTime-prev.IdleTime), d))
 }
 
 func (r *runner) apiGraph(w http.ResponseWriter, req *http.Request) {

@@ -77,8 +77,9 @@ func TestDashboardAPI(t *testing.T) {
 		t.Fatalf("graph: %+v", g)
 	}
 	for _, ch := range g.Chains {
-		if ch.Parallelism != 2 || len(ch.Subtasks) != 2 || ch.RecordsInPerS == nil || ch.BusyMSPerS != nil {
-			t.Errorf("chain %+v: want 2 subtasks, a rate and no busy time (the runtime does not measure it)", ch)
+		if ch.Parallelism != 2 || len(ch.Subtasks) != 2 || ch.RecordsInPerS == nil || ch.BusyMSPerS == nil || ch.BackpressuredMSPerS == nil ||
+			ch.IdleMSPerS == nil || ch.BusyTotalMS+ch.IdleTotalMS <= 0 {
+			t.Errorf("chain %+v: want 2 subtasks, records and busy, backpressured and idle time per second", ch)
 		}
 	}
 	// Every paid order crossed the edge.
@@ -278,9 +279,12 @@ func TestDashboardSecurity(t *testing.T) {
 // are the current ones.
 func TestGraphOf(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// Records in and out; the busy, backpressured and idle time grow as
+	// the records, by 1 ms, 2 ms and 3 ms each.
 	task := func(chain string, sub int, in, out int64) runtime.TaskStatus {
+		ms := time.Duration(in) * time.Millisecond
 		return runtime.TaskStatus{Chain: chain, Operators: []string{chain}, Subtask: sub, Parallelism: 2, Source: chain == "src",
-			State: runtime.TaskRunning, RecordsIn: in, RecordsOut: out}
+			State: runtime.TaskRunning, RecordsIn: in, RecordsOut: out, BusyTime: ms, BackpressuredTime: 2 * ms, IdleTime: 3 * ms}
 	}
 	at := func(d time.Duration, tasks ...runtime.TaskStatus) *sample {
 		s := &sample{Time: t0.Add(d), tasks: map[taskKey]runtime.TaskStatus{}}
@@ -303,13 +307,12 @@ func TestGraphOf(t *testing.T) {
 		sink.RecordsIn != 1100 || *sink.Subtasks[0].RecordsInPerS != 400 || sink.Subtasks[1].RecordsInPerS != nil || *sink.RecordsInPerS != 400 {
 		t.Fatalf("rates: src %+v, sink %+v", src, sink)
 	}
-	for _, ch := range g.Chains {
-		if ch.BusyMSPerS != nil || ch.BusyTotalMS != nil {
-			t.Errorf("chain %s has busy time %v", ch.Name, ch.BusyMSPerS)
-		}
+	if src.BusyTotalMS != 1100 || src.IdleTotalMS != 3300 || *src.BusyMSPerS != 400 || *src.BackpressuredMSPerS != 800 ||
+		*src.Subtasks[0].IdleMSPerS != 600 || sink.Subtasks[1].BusyMSPerS != nil {
+		t.Fatalf("times: src %+v, sink %+v", src, sink)
 	}
 	g = graphOf("j", now, edges, nil, last) // one sample: counts, no rates
-	if c := g.Chains[0]; c.RecordsIn != 1100 || c.RecordsInPerS != nil {
+	if c := g.Chains[0]; c.RecordsIn != 1100 || c.RecordsInPerS != nil || c.BusyMSPerS != nil || c.BusyTotalMS != 1100 {
 		t.Fatalf("one sample: %+v", c)
 	}
 	g = graphOf("j", now, edges, nil, nil) // none: the current counts

@@ -230,7 +230,7 @@
     const g = await api("/api/v1/jobs/" + encodeURIComponent(job.name) + "/graph");
     const picker = el("p", null, "Job: ", ...jobs.map((j) =>
       el("a", { href: "/graph?job=" + encodeURIComponent(j.name), class: j.name === job.name ? "current" : "" }, j.name + " ")));
-    const timesKnown = g.chains.some((c) => c.busy_ms !== null);
+    const timesKnown = g.chains.some((c) => c.busy_ms_per_s !== null);
     const subRows = [];
     for (const c of g.chains) {
       for (const s of c.subtasks) {
@@ -245,8 +245,9 @@
     return [
       picker,
       section("Job graph of " + job.name, drawGraph(g),
-        timesKnown ? null : el("p", { class: "muted", id: "times-na" },
-          "Busy, backpressured and idle time: n/a (this runtime does not measure them).")),
+        el("p", { class: "muted", id: "times-note" }, timesKnown
+          ? "Busy, backpressured and idle: the share of the last second the chain's subtasks spent processing, waiting for room downstream, and waiting for input (on average over its subtasks). A busy chain behind backpressured ones is the bottleneck."
+          : "Busy, backpressured and idle time: n/a until the runner has sampled the job twice (a second).")),
       section("Subtasks", table(["chain", "subtask", "state", "records in", "records out", "in/s", "out/s", "busy", "backpressured", "idle"],
         subRows, { id: "subtasks" })),
     ];
@@ -265,7 +266,7 @@
       (cols[d] = cols[d] || []).push(c);
     }
     // About 7.2 px a character of the bold 11 px chain names.
-    const BW = Math.max(250, ...g.chains.map((c) => 20 + 7.2 * c.operators.join(" → ").length)), BH = 100, GX = 80, GY = 24, PAD = 12;
+    const BW = Math.max(290, ...g.chains.map((c) => 20 + 7.2 * c.operators.join(" → ").length)), BH = 100, GX = 80, GY = 24, PAD = 12;
     const pos = new Map();
     cols.forEach((col, d) => col.forEach((c, i) => pos.set(c.name, { x: PAD + d * (BW + GX), y: PAD + i * (BH + GY) })));
     const width = PAD * 2 + cols.length * BW + Math.max(0, cols.length - 1) * GX;
@@ -288,8 +289,9 @@
       // backpressured (per subtask on average) colours the box.
       let level = "";
       if (bp !== null && bp !== undefined) level = bp / c.parallelism > 500 ? " hot" : bp / c.parallelism > 100 ? " warm" : "";
-      const times = busy === null || busy === undefined ? "busy n/a · backpressured n/a"
-        : "busy " + num(busy / c.parallelism / 10, 0) + "% · backpressured " + num(bp / c.parallelism / 10, 0) + "%";
+      const share = (v) => num(v / c.parallelism / 10, 0) + "%";
+      const times = busy === null || busy === undefined ? "busy n/a · backpressured n/a · idle n/a"
+        : "busy " + share(busy) + " · backpressured " + share(bp) + " · idle " + share(c.idle_ms_per_s);
       root.append(svg("g", { class: "chain" + level, "data-chain": c.name, transform: `translate(${p.x},${p.y})` },
         svg("rect", { width: BW, height: BH, rx: 6 }),
         svg("text", { x: 10, y: 18, class: "chain-name" }, c.operators.join(" → ")),
