@@ -209,6 +209,10 @@ type jobSample struct {
 	LastCheckpoint       *uint64  `json:"last_checkpoint,omitempty"`
 	LastCheckpointMS     *float64 `json:"last_checkpoint_duration_ms,omitempty"`
 	CheckpointsCompleted int      `json:"checkpoints_completed"`
+	// at is when the job's status was read: the rates are over the time
+	// between two of them, not between the samples' times, so that they
+	// do not drift with the time a sample takes.
+	at time.Time
 }
 
 type exporterSample struct {
@@ -251,15 +255,10 @@ func (r *runner) takeSample() {
 	for _, p := range r.sourcePartitions() {
 		lags[p.Job] += p.Lag
 	}
-	r.dash.mu.Lock()
-	var prev *sample
-	if n := len(r.dash.mu.samples); n > 0 {
-		prev = &r.dash.mu.samples[n-1]
-	}
-	r.dash.mu.Unlock()
+	_, prev := r.dash.lastSamples() // the newest so far: a copy
 	for _, j := range r.jobs {
 		st := j.Status()
-		js := jobSample{SourceLag: lags[j.Name()], CheckpointsCompleted: st.Completed}
+		js := jobSample{SourceLag: lags[j.Name()], CheckpointsCompleted: st.Completed, at: time.Now()}
 		for _, t := range st.Tasks {
 			s.tasks[taskKey{j.Name(), t.Chain, t.Subtask}] = t
 			if t.Source {
@@ -272,7 +271,7 @@ func (r *runner) takeSample() {
 		}
 		if prev != nil {
 			if pj, ok := prev.Jobs[j.Name()]; ok {
-				rate := perSecond(float64(js.RecordsRead-pj.RecordsRead), now.Sub(prev.Time))
+				rate := perSecond(float64(js.RecordsRead-pj.RecordsRead), js.at.Sub(pj.at))
 				js.RecordsReadPerS = &rate
 			}
 		}
@@ -287,6 +286,15 @@ func (r *runner) takeSample() {
 	}
 	r.dash.mu.samples = append(r.dash.mu.samples, s)
 	r.dash.mu.Unlock()
+}
+
+// statusTime is when the sample read job's status (the sample's time when
+// it has none).
+func (s *sample) statusTime(job string) time.Time {
+	if at := s.Jobs[job].at; !at.IsZero() {
+		return at
+	}
+	return s.Time
 }
 
 func perSecond(delta float64, d time.Duration) float64 {
@@ -429,10 +437,10 @@ func graphOf(job string, tasks []runtime.TaskStatus, edges []runtime.Edge, prev,
 	g := graphInfo{Job: job, Chains: []chainInfo{}, Edges: []edgeInfo{}}
 	var d time.Duration
 	if prev != nil && last != nil {
-		d = last.Time.Sub(prev.Time)
+		d = last.statusTime(job).Sub(prev.statusTime(job))
 	}
 	if last != nil {
-		g.SampledAt = last.Time
+		g.SampledAt = last.statusTime(job)
 	}
 	index := map[string]int{}
 	for _, t := range tasks {

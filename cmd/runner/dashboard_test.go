@@ -311,6 +311,15 @@ func TestGraphOf(t *testing.T) {
 		*src.Subtasks[0].IdleMSPerS != 600 || sink.Subtasks[1].BusyMSPerS != nil {
 		t.Fatalf("times: src %+v, sink %+v", src, sink)
 	}
+	// The rates are over the time between the reads of the job's status,
+	// not between the samples' times (here 0.5 s more: a slow sample).
+	prev.Jobs = map[string]jobSample{"j": {at: t0.Add(500 * time.Millisecond)}}
+	last.Time = last.Time.Add(500 * time.Millisecond)
+	last.Jobs = map[string]jobSample{"j": {at: t0.Add(2500 * time.Millisecond)}}
+	if g := graphOf("j", now, edges, prev, last); *g.Chains[0].RecordsInPerS != 400 || *g.Chains[0].IdleMSPerS != 1200 ||
+		!g.SampledAt.Equal(t0.Add(2500*time.Millisecond)) {
+		t.Fatalf("rates over the status reads: %+v at %s", g.Chains[0], g.SampledAt)
+	}
 	g = graphOf("j", now, edges, nil, last) // one sample: counts, no rates
 	if c := g.Chains[0]; c.RecordsIn != 1100 || c.RecordsInPerS != nil || c.BusyMSPerS != nil || c.BusyTotalMS != 1100 {
 		t.Fatalf("one sample: %+v", c)
