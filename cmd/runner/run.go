@@ -93,8 +93,9 @@ type runner struct {
 	jobs     []*build.Job
 	dataDir  string
 	stopOnce sync.Once
-	stopReq  chan struct{} // closed by POST /api/v1/stop
-	started  time.Time     // when the jobs started to run
+	stopReq  chan struct{}  // closed by POST /api/v1/stop
+	sigs     chan os.Signal // SIGTERM and SIGINT, caught from the start of run
+	started  time.Time      // when the jobs started to run
 	dash     dashboard
 	mu       struct {
 		sync.Mutex
@@ -112,7 +113,13 @@ func run(ctx context.Context, f *runFlags) error {
 		return &exitError{code: exitUsage, err: err}
 	}
 	first := ps[0].Spec
-	r := &runner{flags: f, stopReq: make(chan struct{})}
+	// Signals are caught from the start, before the data dir is locked and
+	// the server answers (whoever saw either may stop the runner at once):
+	// runJobs reads the first one as a stop, even one that came before the
+	// jobs started.
+	r := &runner{flags: f, stopReq: make(chan struct{}), sigs: make(chan os.Signal, 2)}
+	signal.Notify(r.sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(r.sigs)
 	r.mu.done = map[string]error{}
 	if r.log, err = newLogger(first.Logging, f.logLevel, f.logFormat); err != nil {
 		return err
@@ -138,6 +145,7 @@ func run(ctx context.Context, f *runFlags) error {
 	if err != nil {
 		return err
 	}
+
 	defer unlock()
 
 	r.reg = prometheus.NewRegistry()
@@ -238,9 +246,6 @@ func lostStateHelp(err error, dataDir string) error {
 func (r *runner) runJobs(parent context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 
 	exportCtx, stopExport := context.WithCancel(context.Background())
 	exportDone := make(chan error, 1)
@@ -288,7 +293,7 @@ loop:
 		select {
 		case <-allDone:
 			break loop
-		case s := <-sigs:
+		case s := <-r.sigs:
 			if stopping {
 				r.log.Warn("second signal: aborting; the state stays at the last checkpoint", "signal", s)
 				interrupted = true
