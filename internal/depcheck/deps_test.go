@@ -15,6 +15,7 @@ const module = "github.com/ebbflow/ebbflow/"
 // to the prefixes it must not depend on, directly or not.
 var forbidden = map[string][]string{
 	"barrier":        {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
+	"watermark":      {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
 	"state":          {module + "runtime", module + "operators", module + "sink", module + "pipelines"},
 	"runtime":        {module + "operators", module + "sink", module + "pipelines", module + "state/pebblestate", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
 	"operators":      {module + "sink", module + "pipelines"},
