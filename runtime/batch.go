@@ -34,6 +34,9 @@ const (
 	evBarrier
 	evCancel
 	evEndOfInput
+	evWatermark // wm: event time up to wm is complete on this input
+	evIdle      // the input is idle: it holds no watermark back
+	evActive    // the input is active again
 )
 
 // envelope is what travels through a gate: a batch of records or a control
@@ -43,4 +46,5 @@ type envelope struct {
 	records any // *batch[T] for evRecords
 	barrier barrier.Barrier
 	cancel  barrier.CheckpointID
+	wm      int64 // evWatermark
 }

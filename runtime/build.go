@@ -10,6 +10,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 )
 
 // discard consumes the output of an operator nobody reads.
@@ -38,6 +39,7 @@ func (a *attempt) buildTasks(ctx context.Context) ([]*task, error) {
 				timers: &timerSet{at: make([]time.Time, len(c.nodes))}}
 			t.log = a.log.With("task", t.name())
 			t.stat = a.job.board.stat(c, sub)
+			t.stat.wmVec = a.job.metrics.watermarks
 			t.stat.setState(TaskCreated)
 			tail := c.nodes[len(c.nodes)-1]
 			var out any
@@ -65,11 +67,14 @@ func (a *attempt) buildTasks(ctx context.Context) ([]*task, error) {
 				l, in := c.nodes[k].instantiate(out)
 				t.links[k], out = l, in
 			}
+			t.wm = wmState{out: watermark.Min}
 			if c.nodes[0].source {
 				t.src = t.links[0].(reader)
+				t.wmSrc = t.src.watermarks(func() error { return t.setIdle(false) })
 			} else {
 				t.gate = gates[c][sub]
 				t.aligner = barrier.NewAligner(c.gateInputs(), opts.Checkpoint.Mode)
+				t.valve = watermark.NewValve(c.gateInputs(), watermark.Min)
 				t.input = out
 			}
 			tasks = append(tasks, t)
@@ -101,7 +106,13 @@ func (a *attempt) openTasks(tasks []*task) ([]*task, error) {
 				if err := a.restoreInto(env, n); err != nil {
 					return tasks[:i], err
 				}
+				if k == 0 {
+					if err := t.restoreWatermark(&ctx.State); err != nil {
+						return tasks[:i], fmt.Errorf("%w: restore %q subtask %d: %w", ErrRestore, n.uid, t.subtask, err)
+					}
+				}
 			}
+			ctx.wm = t.wm.out
 			t.ctxs[k] = ctx
 			if err := t.links[k].open(env); err != nil {
 				t.links = t.links[:k] // close only what opened

@@ -40,6 +40,8 @@ type Context struct {
 	timers *timerSet
 	link   int
 	ctx    context.Context
+	wm     int64 // the operator's watermark (see Watermark)
+	events any   // *EventTimers[K] a keyed processor made in Open, or *operatorTimers
 }
 
 // Context returns a context cancelled when this run of the job ends (stop,

@@ -16,7 +16,8 @@ import (
 // idleReader is a source that never yields a record.
 type idleReader struct{}
 
-func (idleReader) read() (int, error) { return 0, nil }
+func (idleReader) read() (int, error)                      { return 0, nil }
+func (idleReader) watermarks(func() error) WatermarkSource { return nil }
 
 // newTestAttempt returns an attempt of a job without operators, with real
 // checkpoint storage in a temporary folder, for driving a coordinator by hand.

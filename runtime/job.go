@@ -28,8 +28,12 @@ type Options struct {
 	BatchSize int
 	// ChannelCapacity is the number of batches buffered per input (8).
 	ChannelCapacity int
-	Checkpoint      CheckpointOptions
-	Restart         RestartOptions
+	// WatermarkInterval is how often a source subtask asks its source for
+	// its watermark (200ms, like Flink's auto-watermark interval); between
+	// two asks no watermark is emitted, which keeps batches full.
+	WatermarkInterval time.Duration
+	Checkpoint        CheckpointOptions
+	Restart           RestartOptions
 	// Restore says where a run starts from (RestoreLatest by default).
 	Restore RestorePoint
 	// StateBackend keeps keyed state (in memory by default; the pebble one is
@@ -107,6 +111,9 @@ func (o *Options) setDefaults() {
 	if o.ChannelCapacity == 0 {
 		o.ChannelCapacity = 8
 	}
+	if o.WatermarkInterval == 0 {
+		o.WatermarkInterval = 200 * time.Millisecond
+	}
 	if o.Checkpoint.Timeout == 0 {
 		o.Checkpoint.Timeout = 10 * time.Minute
 	}
@@ -143,6 +150,9 @@ func (o *Options) validate() error {
 	}
 	if o.ChannelCapacity < 1 {
 		errs = append(errs, fmt.Errorf("channel capacity %d < 1", o.ChannelCapacity))
+	}
+	if o.WatermarkInterval < 0 {
+		errs = append(errs, fmt.Errorf("watermark interval %s < 0", o.WatermarkInterval))
 	}
 	if o.Checkpoint.Interval < 0 || o.Checkpoint.MinPause < 0 || o.Checkpoint.Timeout < 0 || o.Checkpoint.AlignmentTimeout < 0 {
 		errs = append(errs, errors.New("checkpoint durations must not be negative"))

@@ -19,6 +19,10 @@ type link interface {
 	notifyComplete(id barrier.CheckpointID) error
 	close() error
 	timerHandler() TimerHandler
+	// advanceWatermark fires the link's event-time timers up to w (its
+	// output goes down the chain at once); the task calls it head first,
+	// then forwards w.
+	advanceWatermark(w int64) error
 }
 
 // openEnv is what a link needs to open: its context and, for keyed links,
@@ -40,6 +44,7 @@ type sourceLink[T any] struct {
 	out       consumer[T]
 	batchSize int
 	buf       []T
+	onData    func() error // called before a batch is pushed (an idle task becomes active)
 }
 
 func (l *sourceLink[T]) open(env *openEnv) error {
@@ -52,7 +57,11 @@ func (l *sourceLink[T]) open(env *openEnv) error {
 func (l *sourceLink[T]) read() (int, error) {
 	b, err := l.src.Read(l.buf[:0])
 	if len(b) > 0 {
-		if perr := l.out.push(b); perr != nil {
+		perr := l.onData()
+		if perr == nil {
+			perr = l.out.push(b)
+		}
+		if perr != nil {
 			return len(b), perr
 		}
 	}
@@ -70,8 +79,15 @@ func (l *sourceLink[T]) snapshot(id barrier.CheckpointID, _ string) (state.Subta
 func (l *sourceLink[T]) notifyComplete(id barrier.CheckpointID) error {
 	return l.src.NotifyComplete(id)
 }
-func (l *sourceLink[T]) close() error               { return l.src.Close() }
-func (l *sourceLink[T]) timerHandler() TimerHandler { th, _ := l.src.(TimerHandler); return th }
+func (l *sourceLink[T]) close() error                 { return l.src.Close() }
+func (l *sourceLink[T]) timerHandler() TimerHandler   { th, _ := l.src.(TimerHandler); return th }
+func (l *sourceLink[T]) advanceWatermark(int64) error { return nil }
+
+func (l *sourceLink[T]) watermarks(onData func() error) WatermarkSource {
+	l.onData = onData
+	ws, _ := l.src.(WatermarkSource)
+	return ws
+}
 
 // stateless is the control side of links without state.
 type stateless struct{}
@@ -83,6 +99,7 @@ func (stateless) snapshot(barrier.CheckpointID, string) (state.SubtaskSnapshot, 
 func (stateless) notifyComplete(barrier.CheckpointID) error { return nil }
 func (stateless) close() error                              { return nil }
 func (stateless) timerHandler() TimerHandler                { return nil }
+func (stateless) advanceWatermark(int64) error              { return nil }
 
 // mapLink applies a function batch-wise into a reused output slice.
 type mapLink[In, Out any] struct {
@@ -144,9 +161,16 @@ func (l *passLink[T]) push(in []T) error { return l.out.push(in) }
 type operatorLink[In, Out any] struct {
 	op  Operator[In, Out]
 	out Collector[Out]
+	ctx *Context
 }
 
-func (l *operatorLink[In, Out]) open(env *openEnv) error { return l.op.Open(env.ctx) }
+func (l *operatorLink[In, Out]) open(env *openEnv) error {
+	l.ctx = env.ctx
+	if err := restoreOperatorTimers(env.ctx); err != nil {
+		return err
+	}
+	return l.op.Open(env.ctx)
+}
 func (l *operatorLink[In, Out]) push(in []In) error {
 	if err := l.op.ProcessBatch(in, &l.out); err != nil {
 		return err
@@ -155,7 +179,9 @@ func (l *operatorLink[In, Out]) push(in []In) error {
 }
 func (l *operatorLink[In, Out]) snapshot(id barrier.CheckpointID, _ string) (state.SubtaskSnapshot, func() ([]state.File, error), error) {
 	s, err := l.op.Snapshot(id)
-	return operatorState(s), nil, err
+	snap := operatorState(s)
+	l.ctx.events.(*operatorTimers).save(&snap)
+	return snap, nil, err
 }
 func (l *operatorLink[In, Out]) notifyComplete(id barrier.CheckpointID) error {
 	return l.op.NotifyComplete(id)
@@ -198,6 +224,7 @@ func (l *sinkLink[T]) snapshot(id barrier.CheckpointID, _ string) (state.Subtask
 func (l *sinkLink[T]) notifyComplete(id barrier.CheckpointID) error { return l.sink.NotifyComplete(id) }
 func (l *sinkLink[T]) close() error                                 { return l.sink.Close() }
 func (l *sinkLink[T]) timerHandler() TimerHandler                   { th, _ := l.sink.(TimerHandler); return th }
+func (l *sinkLink[T]) advanceWatermark(int64) error                 { return nil }
 
 // keyedLink runs a KeyedProcessor over keyed state.
 type keyedLink[K comparable, In, Out any] struct {
@@ -208,6 +235,7 @@ type keyedLink[K comparable, In, Out any] struct {
 	backend state.KeyedBackend
 	keyed   *state.Keyed
 	groups  state.KeyGroupRange
+	timers  *EventTimers[K] // made by the processor in Open, if it uses timers
 }
 
 func (l *keyedLink[K, In, Out]) open(env *openEnv) error {
@@ -217,7 +245,10 @@ func (l *keyedLink[K, In, Out]) open(env *openEnv) error {
 	}
 	l.backend, l.groups = b, env.keyed.KeyGroups
 	l.keyed = state.NewKeyed(state.KeyedConfig{Backend: b, KeyGroups: env.keyed.KeyGroups, MaxParallelism: env.ctx.MaxParallelism})
-	return l.proc.Open(env.ctx, l.keyed)
+	if err := l.proc.Open(env.ctx, l.keyed); err != nil {
+		return err
+	}
+	return l.keyedTimers(env.ctx)
 }
 
 func (l *keyedLink[K, In, Out]) push(in []In) error {

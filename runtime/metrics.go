@@ -27,6 +27,7 @@ type metrics struct {
 	syncSeconds      prometheus.Histogram
 	restarts         prometheus.Counter
 	restores         prometheus.Counter
+	watermarks       *prometheus.GaugeVec
 	// counters resolved per operator once, so the hot path does no lookup
 	in, out map[string]prometheus.Counter
 }
@@ -71,11 +72,13 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string, tasks []*t
 			Help: "In-process restarts after a failure."}),
 		restores: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_restores_total",
 			Help: "Runs that restored a checkpoint."}),
+		watermarks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ebbflow_task_watermark_seconds",
+			Help: "Event time (Unix seconds) of each subtask: the last watermark it advanced to; absent before the first."}, []string{"operator", "subtask"}),
 		in:  map[string]prometheus.Counter{},
 		out: map[string]prometheus.Counter{},
 	}
 	reg.MustRegister(m.recordsInVec, m.recordsOutVec, m.checkpoints, m.aborts, m.inProgress, m.duration, m.lastDuration,
-		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.syncSeconds, m.restarts, m.restores,
+		m.lastSize, m.lastID, m.lastCompleted, m.alignmentSeconds, m.syncSeconds, m.restarts, m.restores, m.watermarks,
 		newTaskTimeCollector(tasks))
 	for _, s := range []string{"completed", "failed"} {
 		m.checkpoints.WithLabelValues(s)

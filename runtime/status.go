@@ -1,11 +1,14 @@
 package runtime
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // JobState is the lifecycle state of a job, named after Flink's job states.
@@ -91,6 +94,13 @@ type TaskStatus struct {
 	RecordsOut  int64
 
 	BusyTime, BackpressuredTime, IdleTime time.Duration
+
+	// Watermark is the subtask's event time: the last watermark its chain
+	// advanced to (zero before the first; watermark.EndOfTime after its
+	// inputs ended). WatermarkIdle: the subtask told its outputs it has no
+	// data, so it holds no watermark back (docs/EVENT_TIME.md).
+	Watermark     time.Time
+	WatermarkIdle bool
 }
 
 // JobStatus is a consistent snapshot of a job (see Job.Status).
@@ -167,6 +177,22 @@ type taskStat struct {
 	state   atomic.Uint32 // index in taskStates
 	in, out atomic.Int64
 	time    taskTime
+	wm      atomic.Int64 // watermark.Min until the first watermark
+	wmIdle  atomic.Bool
+	wmGauge prometheus.Gauge // set by the first watermark
+	wmVec   *prometheus.GaugeVec
+}
+
+// setWatermark records the subtask's watermark (status and metric).
+func (s *taskStat) setWatermark(w int64) {
+	s.wm.Store(w)
+	if w == watermark.Min || s.wmVec == nil {
+		return
+	}
+	if s.wmGauge == nil {
+		s.wmGauge = s.wmVec.WithLabelValues(s.chain.nodes[0].uid, strconv.Itoa(s.subtask))
+	}
+	s.wmGauge.Set(float64(w) / 1e9)
 }
 
 func (s *taskStat) setState(st TaskState) {
@@ -210,6 +236,7 @@ func (b *statusBoard) setTasks(p *plan) {
 	for _, c := range p.chains {
 		for sub := 0; sub < c.parallelism; sub++ {
 			s := &taskStat{chain: c, subtask: sub}
+			s.wm.Store(watermark.Min)
 			b.tasks = append(b.tasks, s)
 			b.byCh[c] = append(b.byCh[c], s)
 		}
@@ -281,7 +308,8 @@ func (b *statusBoard) status() JobStatus {
 		busy, bp, idle := s.time.totals()
 		st.Tasks[i] = TaskStatus{Chain: s.chain.name, Operators: uids, Subtask: s.subtask, Parallelism: s.chain.parallelism,
 			Source: s.chain.nodes[0].source, State: taskStates[s.state.Load()], RecordsIn: s.in.Load(), RecordsOut: s.out.Load(),
-			BusyTime: busy, BackpressuredTime: bp, IdleTime: idle}
+			BusyTime: busy, BackpressuredTime: bp, IdleTime: idle,
+			Watermark: watermark.ToTime(s.wm.Load()), WatermarkIdle: s.wmIdle.Load()}
 	}
 	return st
 }

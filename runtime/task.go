@@ -10,11 +10,15 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 )
 
 // reader is the data side of a source link.
 type reader interface {
 	read() (int, error)
+	// watermarks sets what to call before a batch goes down the chain and
+	// returns the source's WatermarkSource side, if it has one.
+	watermarks(onData func() error) WatermarkSource
 }
 
 // task runs one subtask of a chain on one goroutine: it reads its source or
@@ -33,7 +37,12 @@ type task struct {
 	stat    *taskStat // progress for Job.Status
 
 	// source chains
-	src reader
+	src    reader
+	wmSrc  WatermarkSource // nil: the source has no event time
+	wmNext time.Time       // when to ask wmSrc next
+
+	wm    wmState          // event time as the outputs know it
+	valve *watermark.Valve // chains with inputs: combines their watermarks
 
 	// chains with inputs
 	gate    *gate
@@ -59,6 +68,9 @@ func (t *task) run(ctx context.Context) (err error) {
 			err = fmt.Errorf("task %s panicked: %v", t.name(), r)
 		}
 	}()
+	if err := t.announce(); err != nil {
+		return err
+	}
 	if t.src != nil {
 		return t.runSource(ctx)
 	}
@@ -94,10 +106,16 @@ func (t *task) runSource(ctx context.Context) error {
 		}
 		if errors.Is(err, io.EOF) {
 			finished = true
+			if err := t.endOfEventTime(); err != nil {
+				return err
+			}
 			t.att.coord.sourceFinished(t)
 			err = nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := t.pollSource(false); err != nil {
 			return err
 		}
 		if n < batch {
@@ -149,6 +167,18 @@ func (t *task) runInput(ctx context.Context) error {
 			}
 		case evCancel:
 			if err := t.perform(ctx, t.aligner.OnCancel(i, env.cancel)); err != nil {
+				return err
+			}
+		case evWatermark:
+			if err := t.onValve(t.valve.Watermark(i, env.wm)); err != nil {
+				return err
+			}
+		case evIdle:
+			if err := t.onValve(t.valve.Idle(i)); err != nil {
+				return err
+			}
+		case evActive:
+			if err := t.onValve(t.valve.Active(i)); err != nil {
 				return err
 			}
 		case evEndOfInput:
@@ -234,6 +264,12 @@ func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
 			return fmt.Errorf("snapshot %q subtask %d for checkpoint %d: %w", n.uid, t.subtask, b.ID, err)
 		}
 		snap.Subtask = t.subtask
+		if k == 0 {
+			if snap.Unions == nil {
+				snap.Unions = map[string][][]byte{}
+			}
+			snap.Unions[reservedUnion] = [][]byte{t.encodeWatermark()}
+		}
 		snaps[k] = snap
 		if persist != nil {
 			persists = append(persists, func() error {

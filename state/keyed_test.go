@@ -121,3 +121,38 @@ func TestHotPathAllocs(t *testing.T) {
 		t.Errorf("hot path allocates %.1f times per record", allocs)
 	}
 }
+
+// TestValueScan: Scan sees every key with a value, the cached unflushed ones
+// included, deletes not, and no key of another state with a longer name.
+func TestValueScan(t *testing.T) {
+	kd := newTestKeyed(t, 1000)
+	vals := NewValue(kd, "v", IntCodec{}, IntCodec{})
+	other := NewValue(kd, "vv", IntCodec{}, IntCodec{})
+	for k := range 100 {
+		if err := vals.Put(k, 10*k); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Put(k, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kd.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := vals.Delete(3); err != nil { // dirty in the cache only
+		t.Fatal(err)
+	}
+	if err := vals.Put(200, 2000); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]int{}
+	if err := vals.Scan(func(k, v int) error { got[k] = v; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 100 || got[200] != 2000 || got[50] != 500 {
+		t.Fatalf("scan found %d keys (200: %d, 50: %d), want 100 with 200 and without 3", len(got), got[200], got[50])
+	}
+	if _, ok := got[3]; ok {
+		t.Fatal("scan found the deleted key 3")
+	}
+}

@@ -175,3 +175,31 @@ func (t *table[K, V]) evict(n int) int {
 	}
 	return freed
 }
+
+// scan writes the cache to the backend, then calls fn for every key of the
+// state in the subtask's key groups, in backend order (by group, then by
+// encoded key), decoded. fn must not change the state.
+func (t *table[K, V]) scan(fn func(k K, v V) error) error {
+	if err := t.kd.Flush(); err != nil {
+		return err
+	}
+	var prefix []byte
+	for g := t.kd.groups.Start; g < t.kd.groups.End; g++ {
+		prefix = AppendStatePrefix(prefix[:0], g, t.name)
+		err := t.kd.backend.Scan(prefix, func(bk, bv []byte) error {
+			k, err := t.kc.Decode(bk[len(prefix):])
+			if err != nil {
+				return fmt.Errorf("state %q: key %x: %w", t.name, bk, err)
+			}
+			v, err := t.vc.Decode(bv)
+			if err != nil {
+				return fmt.Errorf("state %q: value of %v: %w", t.name, k, err)
+			}
+			return fn(k, v)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -23,6 +23,13 @@ func (s *Value[K, V]) Delete(k K) error {
 	return s.t.set(k, zero, false)
 }
 
+// Scan calls fn for every key with a value in the subtask's key groups, in
+// the order of their key group, then of their encoded key. It writes the
+// cache to the backend first (as a barrier would); fn must not change the
+// state. It reads every entry: for rebuilding in-memory indexes in Open,
+// such as the runtime's event-time timers, not for the record path.
+func (s *Value[K, V]) Scan(fn func(k K, v V) error) error { return s.t.scan(fn) }
+
 // Reducing holds per key the fold of every value added with reduce.
 type Reducing[K comparable, V any] struct {
 	t      *table[K, V]
