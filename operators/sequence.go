@@ -9,6 +9,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 )
 
 // Event is a record of the sequence source.
@@ -16,6 +17,8 @@ type Event struct {
 	Seq   uint64 // position in the whole sequence, unique
 	Key   uint64 // Seq's key, in [0, Keys)
 	Value int64  // a deterministic function of Seq
+	// Time is the event time (Unix ns) SequenceConfig.EventTime gave Seq.
+	Time int64 `json:",omitempty"`
 }
 
 // SequenceConfig configures a deterministic sequence source.
@@ -30,6 +33,13 @@ type SequenceConfig struct {
 	Keys uint64
 	// Rate limits each subtask to this many records per second (0: no limit).
 	Rate float64
+	// EventTime, if set, gives each record its event time (Event.Time, Unix
+	// ns) from its Seq, and makes the source a runtime.WatermarkSource: each
+	// split's watermark is its largest event time minus MaxOutOfOrderness,
+	// and a split without records for IdleTimeout (0: never) is idle.
+	EventTime         func(seq uint64) int64
+	MaxOutOfOrderness time.Duration
+	IdleTimeout       time.Duration
 }
 
 // ValueOf is the Value of sequence number seq.
@@ -56,6 +66,7 @@ func NewSequence(cfg SequenceConfig) func() runtime.Source[Event] {
 type split struct {
 	id   uint64 // split number
 	next uint64 // index of the next record within the split
+	wm   *watermark.Split
 }
 
 type sequence struct {
@@ -64,22 +75,37 @@ type sequence struct {
 	rr      int
 	start   time.Time
 	emitted float64
+	wms     *watermark.Splits // with EventTime
 }
 
 func (s *sequence) Open(ctx *runtime.Context) error {
+	s.start = time.Now()
+	if s.cfg.EventTime != nil {
+		s.wms = watermark.NewSplits(s.cfg.MaxOutOfOrderness, s.cfg.IdleTimeout)
+	}
+	add := func(sp split, max int64) {
+		if s.wms != nil {
+			sp.wm = s.wms.Add(max, s.start)
+		}
+		s.splits = append(s.splits, sp)
+	}
 	if ctx.RestoredOK {
 		for _, item := range ctx.State.Lists[splitsList] {
-			if len(item) != 16 {
-				return fmt.Errorf("restore sequence split: %d bytes, want 16: %w", len(item), state.ErrCorrupt)
+			// 16 bytes: id, next; 24: and the largest event time read
+			if len(item) != 16 && len(item) != 24 {
+				return fmt.Errorf("restore sequence split: %d bytes, want 16 or 24: %w", len(item), state.ErrCorrupt)
 			}
-			s.splits = append(s.splits, split{id: binary.BigEndian.Uint64(item), next: binary.BigEndian.Uint64(item[8:])})
+			max := watermark.Min
+			if len(item) == 24 {
+				max = int64(binary.BigEndian.Uint64(item[16:]))
+			}
+			add(split{id: binary.BigEndian.Uint64(item), next: binary.BigEndian.Uint64(item[8:])}, max)
 		}
 	} else {
 		for j := ctx.Subtask; j < s.cfg.Splits; j += ctx.Parallelism {
-			s.splits = append(s.splits, split{id: uint64(j)})
+			add(split{id: uint64(j)}, watermark.Min)
 		}
 	}
-	s.start = time.Now()
 	return nil
 }
 
@@ -112,7 +138,12 @@ func (s *sequence) Read(buf []Event) ([]Event, error) {
 		s.rr = (s.rr + 1) % len(s.splits)
 		for n := 0; n < 64 && room > 0 && !s.done(*sp); n++ {
 			seq := s.seq(*sp)
-			buf = append(buf, Event{Seq: seq, Key: KeyOf(seq, s.cfg.Keys), Value: ValueOf(seq)})
+			e := Event{Seq: seq, Key: KeyOf(seq, s.cfg.Keys), Value: ValueOf(seq)}
+			if sp.wm != nil {
+				e.Time = s.cfg.EventTime(seq)
+				sp.wm.Observe(e.Time)
+			}
+			buf = append(buf, e)
 			sp.next++
 			room--
 			s.emitted++
@@ -136,10 +167,23 @@ func (s *sequence) finished() bool {
 func (s *sequence) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
 	items := make([][]byte, len(s.splits))
 	for i, sp := range s.splits {
-		b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), sp.id)
-		items[i] = binary.BigEndian.AppendUint64(b, sp.next)
+		b := binary.BigEndian.AppendUint64(make([]byte, 0, 24), sp.id)
+		b = binary.BigEndian.AppendUint64(b, sp.next)
+		if sp.wm != nil {
+			b = binary.BigEndian.AppendUint64(b, uint64(sp.wm.Max()))
+		}
+		items[i] = b
 	}
 	return state.OperatorState{Lists: map[string][][]byte{splitsList: items}}, nil
+}
+
+// Watermark implements runtime.WatermarkSource; without EventTime the
+// source has no event time and holds the watermark back.
+func (s *sequence) Watermark(now time.Time) (int64, bool) {
+	if s.wms == nil {
+		return watermark.Min, false
+	}
+	return s.wms.Current(now)
 }
 
 func (s *sequence) NotifyComplete(barrier.CheckpointID) error { return nil }

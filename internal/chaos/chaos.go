@@ -30,6 +30,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 )
 
 // ErrInjected marks every injected fault.
@@ -273,6 +274,14 @@ func (s *perCheckpoint[T]) Read(buf []T) ([]T, error) {
 	buf, err := s.Source.Read(buf[:before:min(cap(buf), before+room)])
 	s.read += len(buf) - before
 	return buf, err
+}
+
+// Watermark passes the source's watermark on, if it has event time.
+func (s *perCheckpoint[T]) Watermark(now time.Time) (int64, bool) {
+	if ws, ok := s.Source.(runtime.WatermarkSource); ok {
+		return ws.Watermark(now)
+	}
+	return watermark.Min, false
 }
 
 func (s *perCheckpoint[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {

@@ -1,0 +1,278 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/operators"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
+)
+
+// feed drives a test source by hand: subtask i reads the records sent on
+// chans[i], with one split, bound 0 (a record at t
+// gives watermark t-1) and the given idle timeout. With beat[i] set, a
+// subtask without input emits a record at its split's largest event time
+// on every Read: it stays active without advancing.
+type feed struct {
+	chans []chan rec
+	beat  []atomic.Bool
+	idle  time.Duration
+	seq   atomic.Uint64
+}
+
+// rec is one record sent to a feed, at event time ts. The probe checks that
+// a record not marked late never arrives at or behind its watermark.
+type rec struct {
+	ts   int64
+	late bool
+}
+
+func at(ts int64) rec   { return rec{ts: ts} }
+func late(ts int64) rec { return rec{ts: ts, late: true} }
+
+func newFeed(subtasks int, idle time.Duration) *feed {
+	f := &feed{chans: make([]chan rec, subtasks), beat: make([]atomic.Bool, subtasks), idle: idle}
+	for i := range f.chans {
+		f.chans[i] = make(chan rec, 64)
+	}
+	return f
+}
+
+func (f *feed) source() runtime.Source[operators.Event] { return &feedSource{f: f} }
+
+type feedSource struct {
+	f   *feed
+	sub int
+	wms *watermark.Splits
+	sp  *watermark.Split
+}
+
+func (s *feedSource) Open(ctx *runtime.Context) error {
+	s.sub = ctx.Subtask
+	s.wms = watermark.NewSplits(0, s.f.idle)
+	s.sp = s.wms.Add(watermark.Min, time.Now())
+	return nil
+}
+
+// Read marks the records on time with Value 1; heartbeats are not checked
+// (behind a reactivated subtask they are late like any of its records).
+func (s *feedSource) Read(buf []operators.Event) ([]operators.Event, error) {
+	emit := func(r rec) {
+		v := int64(1)
+		if r.late {
+			v = 0
+		}
+		s.sp.Observe(r.ts)
+		buf = append(buf, operators.Event{Seq: s.f.seq.Add(1), Key: uint64(s.sub), Value: v, Time: r.ts})
+	}
+	select {
+	case r := <-s.f.chans[s.sub]:
+		emit(r)
+	case <-time.After(2 * time.Millisecond):
+		if s.f.beat[s.sub].Load() && s.sp.Max() != watermark.Min {
+			emit(late(s.sp.Max()))
+		}
+	}
+	return buf, nil
+}
+
+func (s *feedSource) Watermark(now time.Time) (int64, bool) { return s.wms.Current(now) }
+func (s *feedSource) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (s *feedSource) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (s *feedSource) Close() error                              { return nil }
+
+// probe checks, at every batch, that its operator's watermark never goes
+// back and that no record marked on time arrives at or behind it.
+type probe struct {
+	mu     sync.Mutex
+	errs   []string
+	ctx    *runtime.Context
+	last   int64
+	shared *probe
+}
+
+func (p *probe) fail(format string, args ...any) {
+	p.shared.mu.Lock()
+	defer p.shared.mu.Unlock()
+	if len(p.shared.errs) < 10 {
+		p.shared.errs = append(p.shared.errs, fmt.Sprintf(format, args...))
+	}
+}
+
+func (p *probe) check(e operators.Event) {
+	w := p.ctx.Watermark()
+	if w < p.last {
+		p.fail("%s: watermark went back from %s to %s", p.ctx.Operator, watermark.Format(p.last), watermark.Format(w))
+	}
+	p.last = w
+	if e.Value == 1 && e.Time <= w {
+		p.fail("%s: on-time record at %d arrived behind watermark %s", p.ctx.Operator, e.Time, watermark.Format(w))
+	}
+}
+
+func (p *probe) verdict(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.errs) > 0 {
+		t.Fatalf("probe: %s", strings.Join(p.errs, "; "))
+	}
+}
+
+func (p *probe) Open(ctx *runtime.Context) error { p.ctx, p.last = ctx, watermark.Min; return nil }
+func (p *probe) ProcessBatch(in []operators.Event, out *runtime.Collector[operators.Event]) error {
+	for _, e := range in {
+		p.check(e)
+		out.Emit(e)
+	}
+	return nil
+}
+func (p *probe) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (p *probe) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (p *probe) Close() error                              { return nil }
+
+func (p *probe) factory() func() runtime.Operator[operators.Event, operators.Event] {
+	return func() runtime.Operator[operators.Event, operators.Event] { return &probe{shared: p} }
+}
+
+// feedJob is feed (p=2) → rebalance (p=3) → probe → discard, watermarks
+// polled every millisecond.
+func feedJob(t *testing.T, f *feed, p *probe) (*runtime.Job, func()) {
+	t.Helper()
+	j := runtime.NewJob(runtime.Options{Name: "wm", WatermarkInterval: time.Millisecond})
+	src := runtime.FromSource(j, "feed", f.source, runtime.WithParallelism(len(f.chans)))
+	spread := runtime.Rebalance(src, "spread", runtime.WithParallelism(3))
+	checked := runtime.Apply(spread, "probe", p.factory(), runtime.WithParallelism(3))
+	runtime.SinkTo(checked, "discard", operators.NewDiscard[operators.Event](nil), runtime.WithParallelism(3))
+	done := make(chan error, 1)
+	go func() { done <- j.Run(context.Background()) }()
+	return j, func() {
+		j.Stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the job did not stop")
+		}
+	}
+}
+
+// awaitTasks waits until every subtask of the chain whose name starts with
+// prefix satisfies ok (subtask -1: all of them), or fails with the status.
+func awaitTasks(t *testing.T, j *runtime.Job, prefix string, subtask int, what string, ok func(runtime.TaskStatus) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := j.Status()
+		all, n := true, 0
+		for _, ts := range st.Tasks {
+			if !strings.HasPrefix(ts.Chain, prefix) || subtask >= 0 && ts.Subtask != subtask {
+				continue
+			}
+			n++
+			all = all && ok(ts)
+		}
+		if n > 0 && all {
+			return
+		}
+		if time.Now().After(deadline) {
+			var sb strings.Builder
+			for _, ts := range st.Tasks {
+				fmt.Fprintf(&sb, "\n  %s (%d): watermark %s idle %v", ts.Chain, ts.Subtask, watermark.Format(watermark.FromTime(ts.Watermark)), ts.WatermarkIdle)
+			}
+			t.Fatalf("timed out waiting for %s (subtask %d) %s:%s", prefix, subtask, what, sb.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func wmIs(w int64) func(runtime.TaskStatus) bool {
+	return func(ts runtime.TaskStatus) bool { return watermark.FromTime(ts.Watermark) == w }
+}
+
+func assertWatermark(t *testing.T, j *runtime.Job, prefix string, w int64) {
+	t.Helper()
+	for _, ts := range j.Status().Tasks {
+		if strings.HasPrefix(ts.Chain, prefix) && watermark.FromTime(ts.Watermark) != w {
+			t.Fatalf("%s (%d): watermark %s, want %s", ts.Chain, ts.Subtask, watermark.Format(watermark.FromTime(ts.Watermark)), watermark.Format(w))
+		}
+	}
+}
+
+// TestWatermarkIsMinOfInputs: downstream of two source subtasks, across a
+// rebalance to three subtasks, the watermark is the minimum of the two and
+// follows whichever is behind.
+func TestWatermarkIsMinOfInputs(t *testing.T) {
+	f, p := newFeed(2, 0), &probe{}
+	p.shared = p
+	j, stop := feedJob(t, f, p)
+	f.chans[0] <- at(1000)
+	f.chans[1] <- at(100)
+	awaitTasks(t, j, "feed", 0, "at 999", wmIs(999))
+	awaitTasks(t, j, "feed", 1, "at 99", wmIs(99))
+	awaitTasks(t, j, "spread", -1, "at 99", wmIs(99))
+
+	f.chans[0] <- at(5000)
+	awaitTasks(t, j, "feed", 0, "at 4999", wmIs(4999))
+	assertWatermark(t, j, "spread", 99) // subtask 1 still holds it back
+
+	f.chans[1] <- at(3000)
+	awaitTasks(t, j, "spread", -1, "at 2999", wmIs(2999))
+	f.chans[1] <- at(6000)
+	awaitTasks(t, j, "spread", -1, "at 4999 (subtask 0 now behind)", wmIs(4999))
+	stop()
+	p.verdict(t)
+	// A stop is no end of input: event time does not jump to the end.
+	assertWatermark(t, j, "spread", 4999)
+}
+
+// TestWatermarkIdleInputAndReactivation: a source subtask without data for
+// its idle timeout stops holding the watermark back; when data comes again,
+// behind, the watermark does not go back, and the subtask counts again once
+// it caught up.
+func TestWatermarkIdleInputAndReactivation(t *testing.T) {
+	f, p := newFeed(2, 100*time.Millisecond), &probe{}
+	p.shared = p
+	f.beat[0].Store(true) // subtask 0 stays active
+	j, stop := feedJob(t, f, p)
+	f.chans[0] <- at(1000)
+	f.chans[1] <- at(100)
+	awaitTasks(t, j, "feed", 1, "idle", func(ts runtime.TaskStatus) bool { return ts.WatermarkIdle })
+	awaitTasks(t, j, "spread", -1, "at 999 past the idle subtask", wmIs(999))
+	if st := j.Status(); st.Tasks[0].WatermarkIdle {
+		t.Fatal("subtask 0 idle, but it has data")
+	}
+
+	// Data again, behind the watermark (late): active again, no regression.
+	f.beat[1].Store(true)
+	f.chans[1] <- late(200)
+	awaitTasks(t, j, "feed", 1, "active at 199", func(ts runtime.TaskStatus) bool {
+		return !ts.WatermarkIdle && watermark.FromTime(ts.Watermark) == 199
+	})
+	assertWatermark(t, j, "spread", 999)
+	// Behind, subtask 1 does not count: subtask 0 alone moves it.
+	f.chans[0] <- at(3000)
+	awaitTasks(t, j, "spread", -1, "at 2999 (subtask 1 still behind)", wmIs(2999))
+	// Caught up, it holds the watermark back again.
+	f.chans[1] <- at(4000)
+	awaitTasks(t, j, "feed", 1, "at 3999", wmIs(3999))
+	f.chans[0] <- at(5000)
+	awaitTasks(t, j, "feed", 0, "at 4999", wmIs(4999))
+	awaitTasks(t, j, "spread", -1, "at 3999 (the minimum again)", wmIs(3999))
+	stop()
+	p.verdict(t)
+}
