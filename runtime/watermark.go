@@ -3,7 +3,6 @@ package runtime
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ebbflow/ebbflow/state"
@@ -129,9 +128,8 @@ func (t *task) setIdle(idle bool) error {
 }
 
 // announce tells the outputs, before anything else, the event-time position
-// the task restored: a downstream subtask whose inputs changed since the
-// checkpoint (a rescale) learns it, one that restored its channels exactly
-// ignores it.
+// the task restored, which its downstream subtasks' fresh channels start
+// from.
 func (t *task) announce() error {
 	for _, c := range t.ctxs {
 		c.wm = t.wm.out
@@ -149,123 +147,39 @@ func (t *task) announce() error {
 	return nil
 }
 
-// wmLayout describes a task's inputs: its subtask, its parallelism and the
-// parallelism of each input edge. Restoring a valve's channels needs the
-// same layout.
-func (t *task) wmLayout() []int {
-	l := []int{t.subtask, t.chain.parallelism}
-	for _, e := range t.chain.inputs {
-		l = append(l, e.from.parallelism)
-	}
-	return l
-}
-
-// encodeWatermark saves the task's event-time position: its layout, output
-// and, for a task with inputs, its channels.
+// encodeWatermark saves the task's event-time position: the last watermark
+// it emitted.
 func (t *task) encodeWatermark() []byte {
-	b := []byte{1} // version
-	layout := t.wmLayout()
-	b = binary.AppendUvarint(b, uint64(len(layout)))
-	for _, v := range layout {
-		b = binary.AppendUvarint(b, uint64(v))
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(t.wm.out))
-	b = appendBool(b, t.wm.idle)
-	var chans []watermark.Channel
-	if t.valve != nil {
-		_, _, chans = t.valve.State()
-	}
-	b = binary.AppendUvarint(b, uint64(len(chans)))
-	for _, c := range chans {
-		b = binary.BigEndian.AppendUint64(b, uint64(c.Watermark))
-		b = appendBool(b, c.Idle)
-		b = appendBool(b, c.Aligned)
-	}
-	return b
+	return binary.BigEndian.AppendUint64([]byte{1}, uint64(t.wm.out)) // version 1
 }
 
-func appendBool(b []byte, v bool) []byte {
-	if v {
-		return append(b, 1)
-	}
-	return append(b, 0)
-}
-
-type savedWatermark struct {
-	layout []int
-	out    int64
-	idle   bool
-	chans  []watermark.Channel
-}
-
-func decodeWatermark(b []byte) (savedWatermark, error) {
-	var s savedWatermark
-	bad := fmt.Errorf("decode watermark state: %w", state.ErrCorrupt)
-	if len(b) < 1 || b[0] != 1 {
-		return s, bad
-	}
-	b = b[1:]
-	uv := func() (int, bool) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 || v > 1<<20 {
-			return 0, false
-		}
-		b = b[n:]
-		return int(v), true
-	}
-	n, ok := uv()
-	if !ok {
-		return s, bad
-	}
-	for range n {
-		v, ok := uv()
-		if !ok {
-			return s, bad
-		}
-		s.layout = append(s.layout, v)
-	}
-	if len(b) < 9 {
-		return s, bad
-	}
-	s.out, s.idle, b = int64(binary.BigEndian.Uint64(b)), b[8] == 1, b[9:]
-	if n, ok = uv(); !ok || len(b) != 10*n {
-		return s, bad
-	}
-	for range n {
-		s.chans = append(s.chans, watermark.Channel{Watermark: int64(binary.BigEndian.Uint64(b)), Idle: b[8] == 1, Aligned: b[9] == 1})
-		b = b[10:]
-	}
-	return s, nil
-}
-
-// restoreWatermark takes the task's saved event-time position out of the
-// head operator's restored state (the operator never sees it). The subtask
-// of the same layout gets its exact state back, valve channels included; at
-// another layout (a rescale) the task restores the least output of the old
-// subtasks as a floor, with fresh channels that learn their upstream's
-// position from its announcement.
+// restoreWatermark takes the saved event-time positions out of the head
+// operator's restored state (the operator never sees them) and restores the
+// least of them, over every old subtask, as the floor of the task: it emits
+// no watermark at or below it, so its operators' event time never goes back
+// across a restore, and a record that was late before it is late after.
+//
+// Only the floor is restored, never a valve's channels: splits may move
+// between source subtasks on restore (operator lists are redistributed), so
+// a channel's old watermark may not hold for what its upstream reads now.
+// Fresh channels hold the output at the floor until every upstream, which
+// announces its own restored floor first, has passed it. The least over all
+// old subtasks is safe at any parallelism: a record after the checkpoint
+// was on time at its source, so it is above its source's watermark, which
+// every downstream watermark was at or below (idle inputs aside, whose
+// records may be late anyway).
 func (t *task) restoreWatermark(st *state.OperatorState) error {
 	items := st.Unions[reservedUnion]
 	delete(st.Unions, reservedUnion)
 	if len(items) == 0 {
 		return nil
 	}
-	layout := t.wmLayout()
 	floor := watermark.Max
 	for _, item := range items {
-		s, err := decodeWatermark(item)
-		if err != nil {
-			return err
+		if len(item) != 9 || item[0] != 1 {
+			return fmt.Errorf("decode watermark state (%d bytes): %w", len(item), state.ErrCorrupt)
 		}
-		if slices.Equal(s.layout, layout) && (t.valve == nil) == (len(s.chans) == 0) &&
-			(t.valve == nil || len(s.chans) == t.valve.Channels()) {
-			t.wm = wmState{out: s.out, idle: s.idle}
-			if t.valve != nil {
-				t.valve = watermark.RestoreValve(s.out, s.idle, s.chans)
-			}
-			return nil
-		}
-		floor = min(floor, s.out)
+		floor = min(floor, int64(binary.BigEndian.Uint64(item[1:])))
 	}
 	t.wm = wmState{out: floor}
 	if t.valve != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/chaos"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
@@ -33,6 +34,7 @@ type feed struct {
 type rec struct {
 	ts   int64
 	late bool
+	key  uint64
 }
 
 func at(ts int64) rec   { return rec{ts: ts} }
@@ -71,7 +73,7 @@ func (s *feedSource) Read(buf []operators.Event) ([]operators.Event, error) {
 			v = 0
 		}
 		s.sp.Observe(r.ts)
-		buf = append(buf, operators.Event{Seq: s.f.seq.Add(1), Key: uint64(s.sub), Value: v, Time: r.ts})
+		buf = append(buf, operators.Event{Seq: s.f.seq.Add(1), Key: r.key, Value: v, Time: r.ts})
 	}
 	select {
 	case r := <-s.f.chans[s.sub]:
@@ -275,4 +277,96 @@ func TestWatermarkIdleInputAndReactivation(t *testing.T) {
 	awaitTasks(t, j, "spread", -1, "at 3999 (the minimum again)", wmIs(3999))
 	stop()
 	p.verdict(t)
+}
+
+// wmLog records, per checkpoint, the watermark each recorder subtask had at
+// its snapshot, and the watermark restored subtasks opened with.
+type wmLog struct {
+	mu       sync.Mutex
+	at       map[barrier.CheckpointID][]int64
+	restored []barrier.CheckpointID
+	opened   []int64
+}
+
+type wmRecorder struct {
+	log *wmLog
+	ctx *runtime.Context
+}
+
+func (r *wmRecorder) Open(ctx *runtime.Context) error {
+	r.ctx = ctx
+	if ctx.RestoredOK {
+		r.log.mu.Lock()
+		r.log.restored = append(r.log.restored, ctx.Restored)
+		r.log.opened = append(r.log.opened, ctx.Watermark())
+		r.log.mu.Unlock()
+	}
+	return nil
+}
+func (r *wmRecorder) ProcessBatch(in []operators.Event, out *runtime.Collector[operators.Event]) error {
+	for _, e := range in {
+		out.Emit(e)
+	}
+	return nil
+}
+func (r *wmRecorder) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
+	r.log.mu.Lock()
+	r.log.at[id] = append(r.log.at[id], r.ctx.Watermark())
+	r.log.mu.Unlock()
+	return state.OperatorState{}, nil
+}
+func (r *wmRecorder) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (r *wmRecorder) Close() error                              { return nil }
+
+// TestWatermarkSurvivesRestore: a restored operator opens at the watermark
+// of its checkpoint (the least over its old subtasks when the parallelism
+// changed), not back at the start of event time.
+func TestWatermarkSurvivesRestore(t *testing.T) {
+	const count = 40_000
+	dir := t.TempDir()
+	log := &wmLog{at: map[barrier.CheckpointID][]int64{}}
+	for run, par := range []int{2, 3} {
+		var j *runtime.Job
+		var once sync.Once
+		completed := 0
+		opts := runtime.Options{Name: "wm-restore", DataDir: dir, BatchSize: 128, WatermarkInterval: time.Millisecond,
+			Checkpoint: runtime.CheckpointOptions{Interval: 5 * time.Millisecond}}
+		if run == 0 {
+			opts.Listener = func(ev runtime.Event) {
+				if ev.Kind == runtime.EventCheckpointCompleted {
+					if completed++; completed == 10 {
+						once.Do(func() { go j.Stop() })
+					}
+				}
+			}
+		}
+		j = runtime.NewJob(opts)
+		seq := operators.NewSequence(operators.SequenceConfig{Count: count, EventTime: seqTime, MaxOutOfOrderness: 20 * time.Millisecond})
+		src := runtime.FromSource(j, "sequence", chaos.PerCheckpoint(seq, 300), runtime.WithParallelism(par))
+		spread := runtime.Rebalance(src, "spread", runtime.WithParallelism(par+1))
+		rec := runtime.Apply(spread, "recorder", func() runtime.Operator[operators.Event, operators.Event] { return &wmRecorder{log: log} },
+			runtime.WithParallelism(par+1))
+		runtime.SinkTo(rec, "discard", operators.NewDiscard[operators.Event](nil), runtime.WithParallelism(par+1))
+		if err := j.Run(t.Context()); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.restored) != 4 {
+		t.Fatalf("%d recorder subtasks restored, want 4", len(log.restored))
+	}
+	id := log.restored[0]
+	floor := watermark.Max
+	for _, w := range log.at[id] {
+		floor = min(floor, w)
+	}
+	if floor == watermark.Min {
+		t.Fatalf("the recorders had no watermark at checkpoint %d: the test proves nothing", id)
+	}
+	for i, w := range log.opened {
+		if w != floor {
+			t.Fatalf("restored subtask %d opened at watermark %s, want %s (the least at checkpoint %d)", i, watermark.Format(w), watermark.Format(floor), id)
+		}
+	}
 }

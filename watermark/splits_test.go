@@ -75,10 +75,13 @@ func TestTimeConversions(t *testing.T) {
 	if FromTime(time.Time{}) != Min || !ToTime(Min).IsZero() {
 		t.Fatal("the zero time must be Min and back")
 	}
-	if FromTime(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)) != Max-1 || FromTime(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)) != Min+1 {
-		t.Fatal("times outside int64 nanoseconds must clamp inside Min and Max")
+	if FromTime(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)) != Max || FromTime(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)) != Min+1 {
+		t.Fatal("times outside int64 nanoseconds must clamp to Max and just above Min")
 	}
-	if FromMillis(1500) != 1_500_000_000 || FromMillis(1<<62) != Max-1 {
+	if FromTime(ToTime(Max)) != Max || !ToTime(Max).Equal(EndOfTime) {
+		t.Fatal("Max must round-trip through EndOfTime")
+	}
+	if FromMillis(1500) != 1_500_000_000 || FromMillis(1<<62) != Max {
 		t.Fatal("FromMillis")
 	}
 }

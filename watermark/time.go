@@ -13,28 +13,29 @@ const (
 	Max int64 = math.MaxInt64
 )
 
-// minTime and maxTime bound the times UnixNano represents.
-var (
-	minTime = time.Unix(0, math.MinInt64+1)
-	maxTime = time.Unix(0, math.MaxInt64-1)
-)
+// EndOfTime is Max as a time (in the year 2262).
+var EndOfTime = time.Unix(0, Max).UTC()
+
+// minTime is the earliest time UnixNano represents above Min.
+var minTime = time.Unix(0, Min+1)
 
 // FromTime returns t as event time: nanoseconds since the Unix epoch. The
-// zero time is Min; times outside the years 1678 to 2262 are clamped just
-// inside Min and Max.
+// zero time is Min and EndOfTime (or later) is Max; times before the year
+// 1678 are clamped just above Min.
 func FromTime(t time.Time) int64 {
 	switch {
 	case t.IsZero():
 		return Min
 	case t.Before(minTime):
 		return Min + 1
-	case t.After(maxTime):
-		return Max - 1
+	case !t.Before(EndOfTime):
+		return Max
 	}
 	return t.UnixNano()
 }
 
-// ToTime returns event time w as a time in UTC: the zero time for Min.
+// ToTime returns event time w as a time in UTC: the zero time for Min,
+// EndOfTime for Max.
 func ToTime(w int64) time.Time {
 	if w == Min {
 		return time.Time{}
@@ -48,7 +49,7 @@ func FromMillis(ms int64) int64 {
 	const limit = math.MaxInt64 / int64(time.Millisecond)
 	switch {
 	case ms >= limit:
-		return Max - 1
+		return Max
 	case ms <= -limit:
 		return Min + 1
 	}

@@ -35,8 +35,7 @@ type Valve struct {
 
 // NewValve returns a valve for n channels (n ≥ 1), every one active with no
 // watermark yet, and output floor: the valve emits nothing at or below it
-// (Min for a fresh start; the restored watermark of a subtask whose inputs
-// changed since its checkpoint).
+// (Min for a fresh start; the restored watermark of a subtask).
 func NewValve(n int, floor int64) *Valve {
 	if n < 1 {
 		panic(fmt.Sprintf("watermark: valve needs at least one channel, got %d", n))
@@ -48,16 +47,8 @@ func NewValve(n int, floor int64) *Valve {
 	return v
 }
 
-// RestoreValve returns a valve in the state State returned.
-func RestoreValve(out int64, idle bool, chans []Channel) *Valve {
-	if len(chans) < 1 {
-		panic("watermark: valve needs at least one channel")
-	}
-	return &Valve{chans: append([]Channel(nil), chans...), out: out, idle: idle}
-}
-
 // State returns the output watermark, whether the output is idle, and a copy
-// of the channels: what a checkpoint saves.
+// of the channels.
 func (v *Valve) State() (out int64, idle bool, chans []Channel) {
 	return v.out, v.idle, append([]Channel(nil), v.chans...)
 }
