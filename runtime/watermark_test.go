@@ -370,3 +370,78 @@ func TestWatermarkSurvivesRestore(t *testing.T) {
 		}
 	}
 }
+
+// cutCounter counts the records it saw up to each barrier, over its
+// subtasks, and, as a sink, checks that none arrives at or behind its
+// watermark.
+type cutCounter struct {
+	mu    *sync.Mutex
+	cuts  map[barrier.CheckpointID]int
+	late  *atomic.Int64
+	ctx   *runtime.Context
+	seen  int
+	check bool
+}
+
+func (c *cutCounter) Open(ctx *runtime.Context) error { c.ctx = ctx; return nil }
+func (c *cutCounter) ProcessBatch(in []operators.Event, out *runtime.Collector[operators.Event]) error {
+	c.seen += len(in)
+	for _, e := range in {
+		out.Emit(e)
+	}
+	return nil
+}
+func (c *cutCounter) Write(in []operators.Event) error {
+	c.seen += len(in)
+	for _, e := range in {
+		if e.Time <= c.ctx.Watermark() {
+			c.late.Add(1)
+		}
+	}
+	return nil
+}
+func (c *cutCounter) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
+	c.mu.Lock()
+	c.cuts[id] += c.seen
+	c.mu.Unlock()
+	return state.OperatorState{}, nil
+}
+func (c *cutCounter) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (c *cutCounter) Close() error                              { return nil }
+
+// TestWatermarksKeepBarrierOrder: with a watermark every millisecond
+// between frequent barriers, across a rebalance from two source subtasks
+// to three, every barrier still cuts the stream at the same records on
+// both sides (a record before a barrier is never after it), and no
+// watermark overtakes a record it covers.
+func TestWatermarksKeepBarrierOrder(t *testing.T) {
+	const count = 100_000
+	var mu sync.Mutex
+	var late atomic.Int64
+	before, after := map[barrier.CheckpointID]int{}, map[barrier.CheckpointID]int{}
+	j := runtime.NewJob(runtime.Options{Name: "cuts", BatchSize: 64, WatermarkInterval: time.Millisecond,
+		Checkpoint: runtime.CheckpointOptions{Interval: 2 * time.Millisecond}})
+	seq := operators.NewSequence(operators.SequenceConfig{Count: count, EventTime: seqTime, MaxOutOfOrderness: 20 * time.Millisecond, Rate: 100_000})
+	src := runtime.FromSource(j, "sequence", seq, runtime.WithParallelism(2))
+	counted := runtime.Apply(src, "count", func() runtime.Operator[operators.Event, operators.Event] {
+		return &cutCounter{mu: &mu, cuts: before}
+	}, runtime.WithParallelism(2))
+	spread := runtime.Rebalance(counted, "spread", runtime.WithParallelism(3))
+	runtime.SinkTo(spread, "sink", func() runtime.Sink[operators.Event] {
+		return &cutCounter{mu: &mu, cuts: after, late: &late}
+	}, runtime.WithParallelism(3))
+	if err := j.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(before) < 10 {
+		t.Fatalf("only %d checkpoints: the test proves nothing", len(before))
+	}
+	for id, n := range before {
+		if after[id] != n {
+			t.Fatalf("checkpoint %d: %d records before it at the sources, %d at the sinks", id, n, after[id])
+		}
+	}
+	if n := late.Load(); n != 0 {
+		t.Fatalf("%d records arrived behind the watermark", n)
+	}
+}
