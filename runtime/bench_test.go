@@ -81,6 +81,26 @@ func BenchmarkChainedMapFilter(b *testing.B) {
 	}
 }
 
+// BenchmarkChainedMapFilterWatermarks is BenchmarkChainedMapFilter with
+// event time: every record gets one (from its Seq), each split tracks it,
+// and watermarks go down the chain every 200ms. The difference between the
+// two, run on a quiet machine, is the watermark overhead (docs/BENCHMARKS.md).
+func BenchmarkChainedMapFilterWatermarks(b *testing.B) {
+	for _, par := range []int{1, 2} {
+		for _, iv := range intervals() {
+			b.Run(fmt.Sprintf("p=%d/checkpoint=%s", par, iv), func(b *testing.B) {
+				benchJob(b, par, iv, false, func(j *runtime.Job, sink func() runtime.Sink[operators.Event]) {
+					src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: uint64(b.N), Splits: 2,
+						EventTime: func(seq uint64) int64 { return int64(seq) * int64(time.Millisecond) }, MaxOutOfOrderness: time.Second}))
+					m := runtime.Map(src, "map", func(e operators.Event) operators.Event { e.Value++; return e })
+					f := runtime.Filter(m, "filter", func(e operators.Event) bool { return e.Value != 0 })
+					runtime.SinkTo(f, "discard", sink)
+				})
+			})
+		}
+	}
+}
+
 func BenchmarkKeyByExchange(b *testing.B) {
 	for _, par := range []int{1, 2} {
 		for _, iv := range intervals() {
