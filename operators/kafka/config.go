@@ -58,6 +58,9 @@ type Config struct {
 	// DeadLetterTopic receives undecodable records under DeadLetter, over
 	// the source's Connection.
 	DeadLetterTopic string
+	// EventTime, if set, makes the source assign event time and emit
+	// watermarks per partition (nil: no event time).
+	EventTime *EventTime
 }
 
 // ErrorPolicy says what happens to a record that cannot be decoded.
@@ -226,6 +229,11 @@ func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown error policy %d", cfg.OnDecodeError))
+	}
+	if cfg.EventTime != nil {
+		if err := cfg.EventTime.validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if cfg.SASL != nil {
 		if err := cfg.SASL.validate(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -39,6 +40,7 @@ type partState struct {
 	stop int64 // bounded: the offset it ends at; unbounded: noStop
 	done bool  // bounded: reached stop, no longer fetched
 	lag  prometheus.Gauge
+	wm   *watermark.Split // with event time
 }
 
 // noStop is the stop offset of a partition of an unbounded source.
@@ -48,13 +50,16 @@ const noStop = -1
 // and partition count on restore, every subtask sees every offset: each
 // subtask writes one marker item and one item per partition it reads. A
 // bounded subtask also writes a bounded marker and one stop item per
-// partition; checkpoints from before bounded sources have neither.
+// partition; checkpoints from before bounded sources have neither. With
+// event time, an item per partition holds the largest event time read
+// (in the offset's place).
 const (
 	offsetsUnion  = "kafka-offsets"
 	itemMarker    = 0
 	itemOffset    = 1
 	itemBounded   = 2
 	itemStop      = 3
+	itemEventTime = 4
 	itemFixedSize = 12 // partition and offset after the topic name
 )
 
@@ -64,6 +69,7 @@ type restoredOffsets struct {
 	bounded bool // written by a bounded source
 	next    map[topicPartition]int64
 	stops   map[topicPartition]int64
+	times   map[topicPartition]int64 // largest event time read
 }
 
 func appendItem(items [][]byte, kind byte, tp topicPartition, off int64) [][]byte {
@@ -76,7 +82,7 @@ func appendItem(items [][]byte, kind byte, tp topicPartition, off int64) [][]byt
 	return append(items, b)
 }
 
-func encodeOffsets(parts map[topicPartition]*partState, bounded bool) [][]byte {
+func encodeOffsets(parts map[topicPartition]*partState, bounded, eventTime bool) [][]byte {
 	sorted := make([]*partState, 0, len(parts))
 	for _, ps := range parts {
 		sorted = append(sorted, ps)
@@ -94,13 +100,16 @@ func encodeOffsets(parts map[topicPartition]*partState, bounded bool) [][]byte {
 		if bounded {
 			items = appendItem(items, itemStop, ps.tp, ps.stop)
 		}
+		if eventTime && ps.wm != nil {
+			items = appendItem(items, itemEventTime, ps.tp, ps.wm.Max())
+		}
 	}
 	return items
 }
 
 // decodeOffsets reads a restored union list.
 func decodeOffsets(items [][]byte) (restoredOffsets, error) {
-	r := restoredOffsets{next: make(map[topicPartition]int64), stops: make(map[topicPartition]int64)}
+	r := restoredOffsets{next: make(map[topicPartition]int64), stops: make(map[topicPartition]int64), times: make(map[topicPartition]int64)}
 	for _, it := range items {
 		if len(it) == 1 && it[0] == itemMarker {
 			r.ok = true
@@ -110,7 +119,7 @@ func decodeOffsets(items [][]byte) (restoredOffsets, error) {
 			r.bounded = true
 			continue
 		}
-		if len(it) == 0 || it[0] != itemOffset && it[0] != itemStop {
+		if len(it) == 0 || it[0] != itemOffset && it[0] != itemStop && it[0] != itemEventTime {
 			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: unknown item: %w", state.ErrCorrupt)
 		}
 		n, w := binary.Uvarint(it[1:])
@@ -122,8 +131,11 @@ func decodeOffsets(items [][]byte) (restoredOffsets, error) {
 		tp := topicPartition{topic: string(rest[:n]), partition: int32(binary.BigEndian.Uint32(rest[n:]))}
 		off := int64(binary.BigEndian.Uint64(rest[n+4:]))
 		into, what := r.next, "offset"
-		if it[0] == itemStop {
+		switch it[0] {
+		case itemStop:
 			into, what = r.stops, "stop offset"
+		case itemEventTime:
+			into, what = r.times, "event time"
 		}
 		if prev, dup := into[tp]; dup && prev != off {
 			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: %s %s recorded twice (%d, %d): %w", tp, what, prev, off, state.ErrCorrupt)

@@ -45,9 +45,9 @@ func TestOffsetsRoundTrip(t *testing.T) {
 		for tp, ps := range parts {
 			ps.stop = int64(len(tp.topic)) + 1<<41
 		}
-		items := encodeOffsets(parts, bounded)
+		items := encodeOffsets(parts, bounded, false)
 		// A union list concatenates every subtask's items, markers included.
-		items = append(items, encodeOffsets(map[topicPartition]*partState{}, bounded)...)
+		items = append(items, encodeOffsets(map[topicPartition]*partState{}, bounded, false)...)
 		got, err := decodeOffsets(items)
 		if err != nil || !got.ok || got.bounded != bounded {
 			t.Fatalf("bounded %v: decode: %+v %v", bounded, got, err)
@@ -77,8 +77,8 @@ func TestOffsetsRoundTrip(t *testing.T) {
 }
 
 func TestOffsetsCorrupt(t *testing.T) {
-	good := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 5, stop: 7}}, true)
-	other := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 6, stop: 8}}, true)
+	good := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 5, stop: 7}}, true, false)
+	other := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 6, stop: 8}}, true, false)
 	for name, items := range map[string][][]byte{
 		"unknown kind":   {{9, 1, 2}},
 		"empty item":     {{}},

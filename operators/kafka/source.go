@@ -19,6 +19,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 )
 
 // ErrDecode marks a record that the source's format could not decode, under
@@ -40,6 +41,7 @@ type Source[T any] struct {
 	cfg    Config
 	re     *regexp.Regexp
 	format Format[T]
+	timeOf func(r *kgo.Record, v T) (int64, error) // with cfg.EventTime
 	mu     struct {
 		sync.Mutex
 		live map[*reader[T]]struct{}
@@ -48,7 +50,7 @@ type Source[T any] struct {
 
 // NewSource validates cfg and returns the source. format decodes the record
 // values (Rows, JSON, JSONWith, Raw, or WithMetadata of one of them).
-func NewSource[T any](cfg Config, format Format[T]) (*Source[T], error) {
+func NewSource[T any](cfg Config, format Format[T], opts ...Option[T]) (*Source[T], error) {
 	cfg, re, err := cfg.normalized()
 	if err != nil {
 		return nil, err
@@ -58,7 +60,10 @@ func NewSource[T any](cfg Config, format Format[T]) (*Source[T], error) {
 			return nil, fmt.Errorf("kafka source: %w", err)
 		}
 	}
-	s := &Source[T]{cfg: cfg, re: re, format: format}
+	s := &Source[T]{cfg: cfg, re: re, format: format, timeOf: kafkaTimestamp[T]}
+	for _, o := range opts {
+		o(s)
+	}
 	s.mu.live = make(map[*reader[T]]struct{})
 	return s, nil
 }
@@ -122,6 +127,9 @@ type reader[T any] struct {
 	reading int          // bounded: partitions not done
 	reached []*partState // bounded: fetched up to their stop by the last poll
 
+	wms   *watermark.Splits        // with EventTime: per partition
+	times map[topicPartition]int64 // restored: each partition's largest event time
+
 	disc   *discoverer
 	commit *committer
 	bg     context.Context
@@ -141,6 +149,9 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	r.health = &health{fetchErrors: r.m.fetchErrors, log: r.warnLog}
 	r.topics = &topics{names: cfg.Topics, pattern: r.src.re, subtask: ctx.Subtask, par: ctx.Parallelism, log: r.log}
 	r.parts = make(map[topicPartition]*partState)
+	if cfg.EventTime != nil {
+		r.wms = watermark.NewSplits(cfg.EventTime.MaxOutOfOrderness, cfg.EventTime.IdleTimeout)
+	}
 
 	opts, err := cfg.connOptions()
 	if err != nil {
@@ -232,6 +243,7 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 		if err != nil {
 			return nil, nil, err
 		}
+		r.times = all.times
 		if all.ok {
 			mine := func(tp topicPartition) bool {
 				return r.topics.matches(tp.topic) && SubtaskFor(tp.topic, tp.partition, ctx.Parallelism) == ctx.Subtask
@@ -303,9 +315,17 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 func (r *reader[T]) addPart(tp topicPartition, next, stop int64, from map[string]map[int32]kgo.Offset) {
 	ps := &partState{tp: tp, next: next, stop: stop, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
 	r.parts[tp] = ps
+	if r.wms != nil {
+		restored, ok := r.times[tp]
+		if !ok {
+			restored = watermark.Min
+		}
+		ps.wm = r.wms.Add(restored, time.Now())
+	}
 	if stop != noStop {
 		if next >= stop {
 			ps.done = true
+			r.doneWatermark(ps)
 			return
 		}
 		r.reading++
@@ -361,6 +381,14 @@ func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, erro
 	for n < len(recs) && len(buf) < cap(buf) {
 		rec := recs[n]
 		v, derr := r.decode(rec)
+		if derr == nil && pp.ps.wm != nil {
+			var ts int64
+			if ts, derr = r.src.timeOf(rec, v); derr == nil {
+				pp.ps.wm.Observe(ts)
+			} else {
+				derr = fmt.Errorf("event time: %w", derr)
+			}
+		}
 		if derr != nil {
 			if err = r.undecodable(rec, derr); err != nil {
 				break
@@ -467,6 +495,7 @@ func (r *reader[T]) finishReached() {
 		ps.done = true
 		ps.next = ps.stop // markers or aborted records may lie before it
 		ps.lag.Set(0)
+		r.doneWatermark(ps)
 		r.reading--
 		remove[ps.tp.topic] = append(remove[ps.tp.topic], ps.tp.partition)
 		r.log.Info("kafka source: partition read to its stop offset", "topic", ps.tp.topic, "partition", ps.tp.partition, "stop", ps.stop, "left", r.reading)
@@ -475,6 +504,14 @@ func (r *reader[T]) finishReached() {
 	r.reached = r.reached[:0]
 	if len(remove) > 0 {
 		r.cl.RemoveConsumePartitions(remove)
+	}
+}
+
+// doneWatermark stops a partition read to its stop from holding the
+// watermark back: it will deliver nothing more.
+func (r *reader[T]) doneWatermark(ps *partState) {
+	if ps.wm != nil {
+		r.wms.Remove(ps.wm)
 	}
 }
 
@@ -531,7 +568,7 @@ func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, erro
 		}
 		r.snaps = append(r.snaps, remembered{id: id, offsets: groupOffsets(r.parts)})
 	}
-	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded)}}, nil
+	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded, r.wms != nil)}}, nil
 }
 
 // NotifyComplete commits the offsets of checkpoint id (or of the latest
