@@ -55,6 +55,16 @@ type KafkaSource struct {
 	OnError         OnError     `yaml:"on_error" default:"fail" doc:"a record that cannot be decoded or whose expressions fail: fail the job (at once, without restarts), skip it (counted in a metric) or dead_letter it"`
 	DeadLetterTopic string      `yaml:"dead_letter_topic" doc:"where on_error: dead_letter sends failed records, with the error in a header; required with dead_letter"`
 	FetchMaxBytes   Size        `yaml:"fetch_max_bytes" default:"50MiB" min:"1KiB" doc:"the most bytes one fetch may return"`
+	EventTime       *EventTime  `yaml:"event_time" doc:"assign event time to the records and emit watermarks per partition (docs/EVENT_TIME.md); absent: no event time"`
+}
+
+// EventTime is where a source's records take their event time from and how
+// its watermarks follow it.
+type EventTime struct {
+	Field             string   `yaml:"field" doc:"the schema field holding the event time: a timestamp, or an int64 of Unix milliseconds; give field or kafka_timestamp"`
+	KafkaTimestamp    bool     `yaml:"kafka_timestamp" default:"false" doc:"true: the event time is the record's Kafka timestamp"`
+	MaxOutOfOrderness Duration `yaml:"max_out_of_orderness" default:"0s" doc:"how far a record may be behind the largest event time read before it from its partition without being late: each partition's watermark is its largest event time minus this"`
+	IdleTimeout       Duration `yaml:"idle_timeout" default:"0s" doc:"a partition without records for this long stops holding the watermark back until its next record; 0s: never (an empty partition then holds it back for good)"`
 }
 
 // Connection is how a client reaches Kafka. The brokers "embedded" (or

@@ -37,6 +37,9 @@ func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 		v.fail(path+".dead_letter_topic", "is used only with on_error: dead_letter")
 	}
 	ok := v.schemaFields(path+".schema", k.Schema)
+	if k.EventTime != nil {
+		v.eventTime(path+".event_time", k)
+	}
 	switch k.Format {
 	case FormatJSON, FormatUpsertJSON, FormatDebeziumJSON:
 		if len(k.Schema) == 0 {
@@ -73,4 +76,36 @@ func (v *validator) schemaFields(path string, fs []Field) bool {
 		}
 	}
 	return ok
+}
+
+// eventTime checks a Kafka source's event time: one origin, a field of the
+// schema of a type that holds a time (the loader refuses negative
+// durations).
+func (v *validator) eventTime(path string, k *KafkaSource) {
+	et := k.EventTime
+	switch {
+	case et.Field == "" && !et.KafkaTimestamp:
+		v.fail(path, "give field or kafka_timestamp: true")
+	case et.Field != "" && et.KafkaTimestamp:
+		v.fail(path+".field", "give field or kafka_timestamp: true, not both")
+	case et.Field != "":
+		switch k.Format {
+		case FormatJSON, FormatRaw:
+		default:
+			v.fail(path+".field", "event time from a field is for formats json and raw, not %s (kafka_timestamp works with every format)", k.Format)
+			return
+		}
+		var f *Field
+		for i := range k.Schema {
+			if k.Schema[i].Name == et.Field {
+				f = &k.Schema[i]
+			}
+		}
+		switch {
+		case f == nil:
+			v.fail(path+".field", "no field %q in the schema", et.Field)
+		case f.Type != agg.Timestamp && f.Type != agg.Int64:
+			v.fail(path+".field", "field %q is a %s; event time needs a timestamp or an int64 (Unix milliseconds)", et.Field, f.Type)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/watermark"
 )
 
 // Row is a record inside a job built from a file.
@@ -202,7 +204,15 @@ func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.
 			return fromKafka{row: row, rec: r}, err
 		}
 	}
-	ks, err := kafka.NewSource(cfg, format)
+	var opts []kafka.Option[fromKafka]
+	if et := k.EventTime; et != nil && et.Field != "" {
+		f, ok := j.p.Input.Field(et.Field)
+		if !ok {
+			return runtime.Stream[fromKafka]{}, nil, fmt.Errorf("event time: no field %q", et.Field)
+		}
+		opts = append(opts, kafka.Timestamp(func(_ *kgo.Record, v fromKafka) (int64, error) { return eventTimeOf(v.row[f.Slot], f.Name) }))
+	}
+	ks, err := kafka.NewSource(cfg, format, opts...)
 	if err != nil {
 		return runtime.Stream[fromKafka]{}, nil, err
 	}
@@ -220,6 +230,20 @@ func rowFormat(p *pipelines.Pipeline, k *pipelines.KafkaSource) kafka.Format[Row
 		}
 	}
 	return kafka.JSONWith(rows.FromJSON)
+}
+
+// eventTimeOf reads the event time of a record from its field: a
+// timestamp, or an int64 of Unix milliseconds.
+func eventTimeOf(v any, field string) (int64, error) {
+	switch t := v.(type) {
+	case time.Time:
+		return watermark.FromTime(t), nil
+	case int64:
+		return watermark.FromMillis(t), nil
+	case nil:
+		return 0, fmt.Errorf("field %s is null", field)
+	}
+	return 0, fmt.Errorf("field %s holds a %T, not a time", field, v)
 }
 
 // kafkaSource maps a Kafka source of a job file to the Kafka package's
@@ -244,6 +268,9 @@ func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy,
 		return cfg, nil, err
 	}
 	cfg.ClientOptions = []kgo.Opt{kgo.FetchMaxBytes(int32(min(int64(k.FetchMaxBytes), 1<<31-1)))}
+	if et := k.EventTime; et != nil {
+		cfg.EventTime = &kafka.EventTime{MaxOutOfOrderness: et.MaxOutOfOrderness.Std(), IdleTimeout: et.IdleTimeout.Std()}
+	}
 	policy := &errorPolicy{policy: cfg.OnDecodeError, topic: k.DeadLetterTopic}
 	if policy.policy == kafka.DeadLetter {
 		policy.conn = cfg.Connection
