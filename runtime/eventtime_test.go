@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/chaos"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -344,5 +345,80 @@ func TestEventTimeWindowsAcrossRescale(t *testing.T) {
 	}
 	if err := checkWindows(out, count, keys); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// windowEnds registers, as an operator, a timer half a second after the
+// end of each record's tumbling window and emits the window end when it
+// fires: at most barriers some timer waits whose records are all before it.
+type windowEnds struct {
+	ctx *runtime.Context
+}
+
+func (w *windowEnds) Open(ctx *runtime.Context) error { w.ctx = ctx; return nil }
+func (w *windowEnds) ProcessBatch(in []operators.Event, _ *runtime.Collector[operators.Event]) error {
+	for _, e := range in {
+		w.ctx.RegisterEventTimer((e.Time/windowSize+1)*windowSize + windowSize/2)
+	}
+	return nil
+}
+func (w *windowEnds) OnEventTime(at int64, out *runtime.Collector[operators.Event]) error {
+	if at > w.ctx.Watermark() {
+		return fmt.Errorf("timer %d fired at watermark %d", at, w.ctx.Watermark())
+	}
+	out.Emit(operators.Event{Seq: uint64(at - windowSize/2)})
+	return nil
+}
+func (w *windowEnds) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (w *windowEnds) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (w *windowEnds) Close() error                              { return nil }
+
+// TestOperatorEventTimersRestored: an operator's own event-time timers are
+// checkpointed with its state; with faults restarting the job, every
+// window end fires exactly once.
+func TestOperatorEventTimersRestored(t *testing.T) {
+	const count = 40_000
+	s := seed(t)
+	f := chaos.New(s, 3)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	w := &windowJob{srcPar: 2, faults: f}
+	j := runtime.NewJob(w.options(dir))
+	seq := operators.NewSequence(operators.SequenceConfig{Count: count, EventTime: seqTime, MaxOutOfOrderness: 20 * time.Millisecond})
+	src := runtime.FromSource(j, "sequence", chaos.PerCheckpoint(seq, 500), runtime.WithParallelism(2))
+	src = chaos.Operator(src, "chaos", f)
+	one := runtime.Rebalance(src, "one", runtime.WithParallelism(1))
+	ends := runtime.Apply(one, "ends", func() runtime.Operator[operators.Event, operators.Event] { return &windowEnds{} }, runtime.WithParallelism(1))
+	codec := state.Codec[operators.Event](state.JSONCodec[operators.Event]{})
+	runtime.SinkTo(ends, "collect", func() runtime.Sink[operators.Event] {
+		return chaos.Sink(operators.NewCollectSink(out, codec)(), f)
+	}, runtime.WithParallelism(1))
+	if err := j.Run(t.Context()); err != nil {
+		t.Fatalf("seed %d: %v", s, err)
+	}
+	if f.Total() < 2 {
+		t.Fatalf("seed %d: only %d faults: the test proves nothing", s, f.Total())
+	}
+	got, err := operators.ReadCommitted(out, codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]bool{}
+	for seq := range uint64(count) {
+		want[uint64((seqTime(seq)/windowSize+1)*windowSize)] = true
+	}
+	seen := map[uint64]int{}
+	for _, e := range got {
+		seen[e.Seq]++
+	}
+	for end := range want {
+		if seen[end] != 1 {
+			t.Fatalf("seed %d: window end %d fired %d times, want once (%d faults)", s, end, seen[end], f.Total())
+		}
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("seed %d: %d window ends fired, want %d", s, len(seen), len(want))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // feed drives a test source by hand: subtask i reads the records sent on
@@ -151,16 +152,17 @@ func (p *probe) factory() func() runtime.Operator[operators.Event, operators.Eve
 
 // feedJob is feed (p=2) → rebalance (p=3) → probe → discard, watermarks
 // polled every millisecond.
-func feedJob(t *testing.T, f *feed, p *probe) (*runtime.Job, func()) {
+func feedJob(t *testing.T, f *feed, p *probe) (*runtime.Job, *prometheus.Registry, func()) {
 	t.Helper()
-	j := runtime.NewJob(runtime.Options{Name: "wm", WatermarkInterval: time.Millisecond})
+	reg := newRegistry()
+	j := runtime.NewJob(runtime.Options{Name: "wm", WatermarkInterval: time.Millisecond, Registerer: reg})
 	src := runtime.FromSource(j, "feed", f.source, runtime.WithParallelism(len(f.chans)))
 	spread := runtime.Rebalance(src, "spread", runtime.WithParallelism(3))
 	checked := runtime.Apply(spread, "probe", p.factory(), runtime.WithParallelism(3))
 	runtime.SinkTo(checked, "discard", operators.NewDiscard[operators.Event](nil), runtime.WithParallelism(3))
 	done := make(chan error, 1)
 	go func() { done <- j.Run(context.Background()) }()
-	return j, func() {
+	return j, reg, func() {
 		j.Stop()
 		select {
 		case err := <-done:
@@ -221,7 +223,7 @@ func assertWatermark(t *testing.T, j *runtime.Job, prefix string, w int64) {
 func TestWatermarkIsMinOfInputs(t *testing.T) {
 	f, p := newFeed(2, 0), &probe{}
 	p.shared = p
-	j, stop := feedJob(t, f, p)
+	j, reg, stop := feedJob(t, f, p)
 	f.chans[0] <- at(1000)
 	f.chans[1] <- at(100)
 	awaitTasks(t, j, "feed", 0, "at 999", wmIs(999))
@@ -240,6 +242,39 @@ func TestWatermarkIsMinOfInputs(t *testing.T) {
 	p.verdict(t)
 	// A stop is no end of input: event time does not jump to the end.
 	assertWatermark(t, j, "spread", 4999)
+	for sub, want := range []float64{4999e-9, 4999e-9, 4999e-9} {
+		if got := watermarkGauge(t, reg, "spread", sub); got != want {
+			t.Fatalf("ebbflow_task_watermark_seconds of spread %d = %v, want %v", sub, got, want)
+		}
+	}
+	if got := watermarkGauge(t, reg, "feed", 1); got != 5999e-9 {
+		t.Fatalf("ebbflow_task_watermark_seconds of feed 1 = %v, want 5999e-9", got)
+	}
+}
+
+// watermarkGauge returns ebbflow_task_watermark_seconds of a subtask.
+func watermarkGauge(t *testing.T, reg *prometheus.Registry, op string, sub int) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ebbflow_task_watermark_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["operator"] == op && labels["subtask"] == fmt.Sprint(sub) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no ebbflow_task_watermark_seconds for %s %d", op, sub)
+	return 0
 }
 
 // TestWatermarkIdleInputAndReactivation: a source subtask without data for
@@ -250,7 +285,7 @@ func TestWatermarkIdleInputAndReactivation(t *testing.T) {
 	f, p := newFeed(2, 100*time.Millisecond), &probe{}
 	p.shared = p
 	f.beat[0].Store(true) // subtask 0 stays active
-	j, stop := feedJob(t, f, p)
+	j, _, stop := feedJob(t, f, p)
 	f.chans[0] <- at(1000)
 	f.chans[1] <- at(100)
 	awaitTasks(t, j, "feed", 1, "idle", func(ts runtime.TaskStatus) bool { return ts.WatermarkIdle })
