@@ -410,12 +410,11 @@ func TestWatermarkSurvivesRestore(t *testing.T) {
 // subtasks, and, as a sink, checks that none arrives at or behind its
 // watermark.
 type cutCounter struct {
-	mu    *sync.Mutex
-	cuts  map[barrier.CheckpointID]int
-	late  *atomic.Int64
-	ctx   *runtime.Context
-	seen  int
-	check bool
+	mu   *sync.Mutex
+	cuts map[barrier.CheckpointID]int
+	late *atomic.Int64
+	ctx  *runtime.Context
+	seen int
 }
 
 func (c *cutCounter) Open(ctx *runtime.Context) error { c.ctx = ctx; return nil }

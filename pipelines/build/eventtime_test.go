@@ -79,3 +79,28 @@ checkpoint: {interval: 50ms}
 		t.Fatalf("run: %v", err)
 	}
 }
+
+func TestEventTimeOfField(t *testing.T) {
+	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		v    any
+		want int64
+		err  string
+	}{
+		{v: at, want: at.UnixNano()},
+		{v: int64(1500), want: 1_500_000_000},
+		{v: nil, err: "field ts is null"},
+		{v: "soon", err: "field ts holds a string, not a time"},
+	} {
+		got, err := eventTimeOf(c.v, "ts")
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("eventTimeOf(%v) = %v, want error %q", c.v, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("eventTimeOf(%v) = %d, %v; want %d", c.v, got, err, c.want)
+		}
+	}
+}
