@@ -1,6 +1,10 @@
 package pipelines
 
-import "github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+import (
+	"time"
+
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
 
 // Pipeline is a validated job: its spec with every default filled in, the
 // schema at each point, the compiled expressions and the resolved tables.
@@ -70,8 +74,33 @@ type Table struct {
 	Spec    *TableSink
 	Key     []SchemaField
 	Columns []TableColumn
+	// Window, if set, adds the key columns window_start and window_end
+	// after Key, computed from the field On.
+	Window *TableWindow
 
 	path string // in the file, for messages
+}
+
+// TableWindow is a table's tumbling window.
+type TableWindow struct {
+	Size time.Duration
+	On   SchemaField
+}
+
+// The key columns a window adds, after the primary key fields.
+const (
+	WindowStart = "window_start"
+	WindowEnd   = "window_end"
+)
+
+// Bounds returns the window of event time t: [start, end).
+func (w *TableWindow) Bounds(t time.Time) (start, end time.Time) {
+	ns, size := t.UnixNano(), int64(w.Size)
+	s := ns - ns%size
+	if ns%size < 0 {
+		s -= size // floor for times before the epoch
+	}
+	return time.Unix(0, s).UTC(), time.Unix(0, s+size).UTC()
 }
 
 // TableColumn is a value column: its canonical function, the column type

@@ -196,6 +196,14 @@ type TableSink struct {
 	Columns    []Column   `yaml:"columns" required:"true" form:"map" doc:"column name to {agg, from, type, params}, in table order"`
 	OnDelete   OnDelete   `yaml:"on_delete" default:"ignore" doc:"a delete (-D) on input: ignore it, reject it (the job fails) or allow it (the row's columns are removed)"`
 	Changelog  *Changelog `yaml:"changelog" doc:"publish the table's changes to Kafka (absent: not published)"`
+	Window     *Window    `yaml:"window" doc:"aggregate per window of event time: window_start and window_end (timestamps) become the last key columns of the table (absent: no window)"`
+}
+
+// Window is a table's tumbling window of event time.
+type Window struct {
+	Tumble Duration `yaml:"tumble" required:"true" doc:"the window's length: windows are [start, start+tumble) with start a multiple of it since the Unix epoch; at least 1ms, a whole number of milliseconds"`
+	On     string   `yaml:"on" required:"true" doc:"the timestamp field whose value picks the window of a record"`
+	Emit   EmitMode `yaml:"emit" default:"updates" doc:"updates: a window's row changes as its records arrive (late ones included); final (a row written once, when the watermark passes the window's end) is not built yet"`
 }
 
 // Column is one aggregating column of a table.

@@ -153,6 +153,8 @@ type (
 	LogLevel string
 	// LogFormat is text or json.
 	LogFormat string
+	// EmitMode says when a windowed table's rows are written.
+	EmitMode string
 )
 
 // Changelog reports whether the format decodes changelog records (+I, -U,
@@ -185,3 +187,4 @@ func (ChangelogMode) enumValues() []string   { return []string{"committed", "unc
 func (CheckpointMode) enumValues() []string  { return []string{"exactly_once", "at_least_once"} }
 func (LogLevel) enumValues() []string        { return []string{"debug", "info", "warn", "error"} }
 func (LogFormat) enumValues() []string       { return []string{"text", "json"} }
+func (EmitMode) enumValues() []string        { return []string{"updates", "final"} }

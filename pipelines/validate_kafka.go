@@ -105,7 +105,7 @@ func (v *validator) eventTime(path string, k *KafkaSource) {
 		case f == nil:
 			v.fail(path+".field", "no field %q in the schema", et.Field)
 		case f.Type != agg.Timestamp && f.Type != agg.Int64:
-			v.fail(path+".field", "field %q is a %s; event time needs a timestamp or an int64 (Unix milliseconds)", et.Field, f.Type)
+			v.fail(path+".field", "field %q has type %s; event time needs a timestamp or an int64 (Unix milliseconds)", et.Field, f.Type)
 		}
 	}
 }

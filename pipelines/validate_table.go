@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -32,6 +33,9 @@ func (v *validator) table(path string, t *TableSink) *Table {
 		if c, ok := v.column(path+".columns."+t.Columns[i].Name, &t.Columns[i], t.PrimaryKey); ok {
 			tab.Columns = append(tab.Columns, c)
 		}
+	}
+	if w := t.Window; w != nil {
+		tab.Window = v.window(path+".window", t, out)
 	}
 	if c := t.Changelog; c != nil {
 		v.connection(path+".changelog", &c.Connection)
@@ -217,4 +221,46 @@ func widens(from, to agg.Type) bool {
 		return to.Scale >= from.Scale && to.Precision-to.Scale >= from.Precision-from.Scale
 	}
 	return false
+}
+
+// window checks a table's window: a timestamp field, a length in whole
+// milliseconds, the updates emit mode, and no field or column already
+// called window_start or window_end.
+func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow {
+	w := t.Window
+	ok := true
+	if d := w.Tumble.Std(); v.given(path+".tumble") && (d < time.Millisecond || d%time.Millisecond != 0) {
+		v.fail(path+".tumble", "%s: a window is at least 1ms, a whole number of milliseconds", d)
+		ok = false
+	}
+	f, found := out.Field(w.On)
+	switch {
+	case w.On == "":
+	case !found:
+		v.fail(path+".on", "no field %q after the transforms", w.On)
+		ok = false
+	case f.Type != agg.Timestamp:
+		v.fail(path+".on", "field %q has type %s; a window needs a timestamp", w.On, f.Type)
+		ok = false
+	}
+	if w.Emit == "final" {
+		v.fail(path+".emit", "emit: final is not built yet (docs/EVENT_TIME.md); use updates")
+		ok = false
+	}
+	for i, name := range t.PrimaryKey {
+		if name == WindowStart || name == WindowEnd {
+			v.fail(fmt.Sprintf("%s.primary_key[%d]", strings.TrimSuffix(path, ".window"), i), "%s is the window's own key column", name)
+			ok = false
+		}
+	}
+	for _, c := range t.Columns {
+		if c.Name == WindowStart || c.Name == WindowEnd {
+			v.fail(strings.TrimSuffix(path, ".window")+".columns."+c.Name, "%s is the window's own key column", c.Name)
+			ok = false
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return &TableWindow{Size: w.Tumble.Std(), On: f}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
@@ -115,6 +116,10 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 				s = &aggmerge.Schema{Buckets: t.Spec.Buckets, Delete: aggmerge.DeleteBehavior(t.Spec.OnDelete)}
 				for _, k := range t.Key {
 					s.Key = append(s.Key, aggmerge.Column{Name: k.Name, Type: k.Type})
+				}
+				if t.Window != nil {
+					s.Key = append(s.Key, aggmerge.Column{Name: pipelines.WindowStart, Type: agg.Timestamp},
+						aggmerge.Column{Name: pipelines.WindowEnd, Type: agg.Timestamp})
 				}
 				schemas[name] = s
 				names = append(names, name)

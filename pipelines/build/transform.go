@@ -14,6 +14,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
 )
@@ -138,6 +139,9 @@ func checkTables(p *pipelines.Pipeline, r Row) error {
 				return fmt.Errorf("%w: table %s: primary key field %s is null", pipelines.ErrEval, t.Spec.Name, k.Name)
 			}
 		}
+		if w := t.Window; w != nil && r[w.On.Slot] == nil {
+			return fmt.Errorf("%w: table %s: window field %s is null", pipelines.ErrEval, t.Spec.Name, w.On.Name)
+		}
 		for i := range t.Columns {
 			switch c := &t.Columns[i]; c.Func {
 			case "rbm32", "rbm64":
@@ -209,6 +213,14 @@ func mapper(p *pipelines.Pipeline, t *pipelines.Table) writer.Mapper[Row] {
 				return err
 			}
 			row.Key = append(row.Key, v)
+		}
+		if w := t.Window; w != nil {
+			at, ok := r[w.On.Slot].(time.Time)
+			if !ok {
+				return fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
+			}
+			start, end := w.Bounds(at)
+			row.Key = append(row.Key, agg.TimestampValue(start), agg.TimestampValue(end))
 		}
 		row.Vals = row.Vals[:0]
 		for i := range t.Columns {
