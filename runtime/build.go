@@ -88,6 +88,8 @@ func (a *attempt) buildTasks(ctx context.Context) ([]*task, error) {
 func (a *attempt) openTasks(tasks []*task) ([]*task, error) {
 	opts := a.job.opts
 	for i, t := range tasks {
+		envs := make([]*openEnv, len(t.chain.nodes))
+		floor, restored := watermark.Max, false
 		for k, n := range t.chain.nodes {
 			ctx := &Context{ctx: a.ctx, Job: opts.Name, Operator: n.uid, Subtask: t.subtask, Parallelism: n.parallelism,
 				MaxParallelism: opts.MaxParallelism, Attempt: a.number, timers: t.timers, link: k,
@@ -106,15 +108,22 @@ func (a *attempt) openTasks(tasks []*task) ([]*task, error) {
 				if err := a.restoreInto(env, n); err != nil {
 					return tasks[:i], err
 				}
-				if k == 0 {
-					if err := t.restoreWatermark(&ctx.State); err != nil {
-						return tasks[:i], fmt.Errorf("%w: restore %q subtask %d: %w", ErrRestore, n.uid, t.subtask, err)
-					}
+				w, ok, err := takeWatermarks(&ctx.State)
+				if err != nil {
+					return tasks[:i], fmt.Errorf("%w: restore %q subtask %d: %w", ErrRestore, n.uid, t.subtask, err)
+				}
+				if ok {
+					floor, restored = min(floor, w), true
 				}
 			}
-			ctx.wm = t.wm.out
-			t.ctxs[k] = ctx
-			if err := t.links[k].open(env); err != nil {
+			t.ctxs[k], envs[k] = ctx, env
+		}
+		if restored {
+			t.setFloor(floor)
+		}
+		for k, n := range t.chain.nodes {
+			t.ctxs[k].wm = t.wm.out
+			if err := t.links[k].open(envs[k]); err != nil {
 				t.links = t.links[:k] // close only what opened
 				return tasks[:i+1], fmt.Errorf("open %q subtask %d: %w", n.uid, t.subtask, err)
 			}

@@ -264,12 +264,10 @@ func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
 			return fmt.Errorf("snapshot %q subtask %d for checkpoint %d: %w", n.uid, t.subtask, b.ID, err)
 		}
 		snap.Subtask = t.subtask
-		if k == 0 {
-			if snap.Unions == nil {
-				snap.Unions = map[string][][]byte{}
-			}
-			snap.Unions[reservedUnion] = [][]byte{t.encodeWatermark()}
+		if snap.Unions == nil {
+			snap.Unions = map[string][][]byte{}
 		}
+		snap.Unions[reservedUnion] = [][]byte{t.encodeWatermark()}
 		snaps[k] = snap
 		if persist != nil {
 			persists = append(persists, func() error {

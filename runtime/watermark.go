@@ -153,11 +153,28 @@ func (t *task) encodeWatermark() []byte {
 	return binary.BigEndian.AppendUint64([]byte{1}, uint64(t.wm.out)) // version 1
 }
 
-// restoreWatermark takes the saved event-time positions out of the head
-// operator's restored state (the operator never sees them) and restores the
-// least of them, over every old subtask, as the floor of the task: it emits
-// no watermark at or below it, so its operators' event time never goes back
-// across a restore, and a record that was late before it is late after.
+// takeWatermarks takes the saved event-time positions out of an operator's
+// restored state (the operator never sees them): the least of them, over
+// every old subtask.
+func takeWatermarks(st *state.OperatorState) (floor int64, ok bool, err error) {
+	items := st.Unions[reservedUnion]
+	delete(st.Unions, reservedUnion)
+	floor = watermark.Max
+	for _, item := range items {
+		if len(item) != 9 || item[0] != 1 {
+			return 0, false, fmt.Errorf("decode watermark state (%d bytes): %w", len(item), state.ErrCorrupt)
+		}
+		floor = min(floor, int64(binary.BigEndian.Uint64(item[1:])))
+	}
+	return floor, len(items) > 0, nil
+}
+
+// setFloor restores the task's event time: the least saved watermark of
+// the operators of its chain (every subtask saves it beside each of its
+// operators, so a chain built differently after a change of the job still
+// finds it). The task emits no watermark at or below it, so its operators'
+// event time never goes back across a restore, and a record that was late
+// before it is late after.
 //
 // Only the floor is restored, never a valve's channels: splits may move
 // between source subtasks on restore (operator lists are redistributed), so
@@ -168,22 +185,9 @@ func (t *task) encodeWatermark() []byte {
 // was on time at its source, so it is above its source's watermark, which
 // every downstream watermark was at or below (idle inputs aside, whose
 // records may be late anyway).
-func (t *task) restoreWatermark(st *state.OperatorState) error {
-	items := st.Unions[reservedUnion]
-	delete(st.Unions, reservedUnion)
-	if len(items) == 0 {
-		return nil
-	}
-	floor := watermark.Max
-	for _, item := range items {
-		if len(item) != 9 || item[0] != 1 {
-			return fmt.Errorf("decode watermark state (%d bytes): %w", len(item), state.ErrCorrupt)
-		}
-		floor = min(floor, int64(binary.BigEndian.Uint64(item[1:])))
-	}
+func (t *task) setFloor(floor int64) {
 	t.wm = wmState{out: floor}
 	if t.valve != nil {
 		t.valve = watermark.NewValve(t.valve.Channels(), floor)
 	}
-	return nil
 }

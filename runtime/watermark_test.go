@@ -330,6 +330,11 @@ type wmRecorder struct {
 
 func (r *wmRecorder) Open(ctx *runtime.Context) error {
 	r.ctx = ctx
+	for name := range ctx.State.Unions {
+		if strings.HasPrefix(name, "ebbflow.") {
+			return fmt.Errorf("the operator sees the runtime's state %q", name)
+		}
+	}
 	if ctx.RestoredOK {
 		r.log.mu.Lock()
 		r.log.restored = append(r.log.restored, ctx.Restored)
