@@ -60,6 +60,9 @@ func NewSequence(cfg SequenceConfig) func() runtime.Source[Event] {
 	if cfg.Keys == 0 {
 		cfg.Keys = 100
 	}
+	if cfg.EventTime != nil {
+		return func() runtime.Source[Event] { return &timedSequence{sequence{cfg: cfg}} }
+	}
 	return func() runtime.Source[Event] { return &sequence{cfg: cfg} }
 }
 
@@ -177,14 +180,10 @@ func (s *sequence) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
 	return state.OperatorState{Lists: map[string][][]byte{splitsList: items}}, nil
 }
 
-// Watermark implements runtime.WatermarkSource; without EventTime the
-// source has no event time and holds the watermark back.
-func (s *sequence) Watermark(now time.Time) (int64, bool) {
-	if s.wms == nil {
-		return watermark.Min, false
-	}
-	return s.wms.Current(now)
-}
+// timedSequence is a sequence with event time: a runtime.WatermarkSource.
+type timedSequence struct{ sequence }
+
+func (s *timedSequence) Watermark(now time.Time) (int64, bool) { return s.wms.Current(now) }
 
 func (s *sequence) NotifyComplete(barrier.CheckpointID) error { return nil }
 func (s *sequence) Close() error                              { return nil }
