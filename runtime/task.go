@@ -115,7 +115,7 @@ func (t *task) runSource(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := t.pollSource(false); err != nil {
+		if err := t.pollSource(); err != nil {
 			return err
 		}
 		if n < batch {

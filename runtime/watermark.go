@@ -43,12 +43,12 @@ type wmState struct {
 
 // pollSource asks a watermark source for its watermark, at most every
 // WatermarkInterval, and emits what changed.
-func (t *task) pollSource(force bool) error {
+func (t *task) pollSource() error {
 	if t.wmSrc == nil {
 		return nil
 	}
 	now := time.Now()
-	if !force && now.Before(t.wmNext) {
+	if now.Before(t.wmNext) {
 		return nil
 	}
 	t.wmNext = now.Add(t.att.job.opts.WatermarkInterval)
