@@ -330,3 +330,53 @@ func TestChained(t *testing.T) {
 		t.Fatalf("%d users, want %d", len(scan(t, env, "user_totals")), len(users))
 	}
 }
+
+// TestWindowed produces timestamped orders, out of order, into a topic and
+// reads it to the end (bounded): one row per region and minute of event
+// time, with the exact revenue and count.
+func TestWindowed(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	p := load(t, "windowed/job.yaml", "source.kafka.brokers=["+strings.Join(brokers, ",")+"]", "source.kafka.topics=["+topic+"]",
+		"source.kafka.bounded=true")
+	type window struct {
+		region string
+		start  time.Time
+	}
+	type total struct{ cents, orders int64 }
+	want := map[window]total{}
+	rng := rand.New(rand.NewSource(7))
+	base := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	var recs []*kgo.Record
+	for i := range 2000 {
+		region := []string{"eu", "us", "asia"}[rng.Intn(3)]
+		amount := float64(rng.Intn(10000)) / 100
+		cents := int64(amount * 100) // as the job's int(amount * 100)
+		at := base.Add(time.Duration(i)*100*time.Millisecond - time.Duration(rng.Intn(10))*time.Second)
+		v, _ := json.Marshal(map[string]any{"order_id": i, "region": region, "amount": amount, "at": at.Format(time.RFC3339Nano)})
+		w := window{region, at.Truncate(time.Minute)}
+		tot := want[w]
+		want[w] = total{tot.cents + cents, tot.orders + 1}
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 3), Value: v})
+	}
+	kafkatest.Produce(t, brokers, recs...)
+	env, _, wait := start(t, p)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	tab, _ := env.Table("orders_per_minute")
+	got := map[window]total{}
+	if err := tab.Scan(func(r aggmerge.Row) error {
+		start, end := r.Key[1].Time(), r.Key[2].Time()
+		if end.Sub(start) != time.Minute {
+			return fmt.Errorf("window [%s, %s) is not a minute", start, end)
+		}
+		got[window{r.Key[0].Str(), start}] = total{r.Values[0].Int(), r.Values[1].Int()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table %v\nwant %v", got, want)
+	}
+}
