@@ -9,7 +9,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // Event is a record of the sequence source.

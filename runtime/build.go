@@ -10,7 +10,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // discard consumes the output of an operator nobody reads.

@@ -15,7 +15,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // firing is one OnEventTime call and the watermark it saw.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

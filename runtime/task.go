@@ -10,7 +10,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // reader is the data side of a source link.

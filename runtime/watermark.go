@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // WatermarkSource is implemented by a Source that tracks event time (see

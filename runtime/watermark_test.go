@@ -14,7 +14,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

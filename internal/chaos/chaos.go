@@ -30,7 +30,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // ErrInjected marks every injected fault.

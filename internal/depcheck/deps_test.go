@@ -14,13 +14,13 @@ const module = "github.com/ebbflow/ebbflow/"
 // forbidden maps a package pattern (a prefix of the path inside the module)
 // to the prefixes it must not depend on, directly or not.
 var forbidden = map[string][]string{
-	"barrier":        {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
-	"watermark":      {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
-	"state":          {module + "runtime", module + "operators", module + "sink", module + "pipelines"},
-	"runtime":        {module + "operators", module + "sink", module + "pipelines", module + "state/pebblestate", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
-	"operators":      {module + "sink", module + "pipelines"},
-	"pipelines":      {module + "operators", module + "sink/aggmerge/writer", module + "sink/aggmerge/export", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
-	"sink/aggmerge/": {module + "pipelines", module + "cmd"},
+	"barrier":           {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
+	"runtime/watermark": {"github.com/", "golang.org/", "gopkg.in/", "go.yaml.in/"}, // the standard library only
+	"state":             {module + "runtime", module + "operators", module + "sink", module + "pipelines"},
+	"runtime":           {module + "operators", module + "sink", module + "pipelines", module + "state/pebblestate", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
+	"operators":         {module + "sink", module + "pipelines"},
+	"pipelines":         {module + "operators", module + "sink/aggmerge/writer", module + "sink/aggmerge/export", "github.com/cockroachdb/pebble", "github.com/twmb/franz-go"},
+	"sink/aggmerge/":    {module + "pipelines", module + "cmd"},
 }
 
 // archived are modules no package of ours may depend on, the wiring

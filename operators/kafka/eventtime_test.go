@@ -16,7 +16,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/runtime"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // timed makes a test record on partition p with Kafka timestamp (and field

@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

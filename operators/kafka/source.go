@@ -19,7 +19,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // ErrDecode marks a record that the source's format could not decode, under

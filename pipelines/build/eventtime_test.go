@@ -11,7 +11,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // TestEventTimeFromField: a job file's event_time takes each record's event

@@ -17,7 +17,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/watermark"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // Row is a record inside a job built from a file.
