@@ -24,8 +24,9 @@ type ackMsg struct {
 type checkpointStore interface {
 	// Dir creates (if needed) the folder of checkpoint id.
 	Dir(id barrier.CheckpointID) (string, error)
-	// Complete writes the metadata of checkpoint md.ID, atomically.
-	Complete(md state.Metadata) error
+	// Complete writes the metadata of checkpoint md.ID, atomically, and
+	// returns its size.
+	Complete(md state.Metadata) (int64, error)
 	// Abort removes the folder of checkpoint id.
 	Abort(id barrier.CheckpointID) error
 	// Retain keeps the k newest completed checkpoints.
@@ -182,7 +183,8 @@ func (c *coordinator) perform(a coordAction) {
 		}
 		c.att.job.board.triggered(a.barrier)
 	case actPersist:
-		c.step(coordEvent{kind: coordPersisted, id: a.md.ID, err: c.storage.Complete(a.md)})
+		size, err := c.storage.Complete(a.md)
+		c.step(coordEvent{kind: coordPersisted, id: a.md.ID, size: size, err: err})
 	case actComplete:
 		d := a.duration
 		m.inProgress.Set(0)

@@ -94,7 +94,7 @@ type failingStore struct {
 	err error
 }
 
-func (s failingStore) Complete(state.Metadata) error { return s.err }
+func (s failingStore) Complete(state.Metadata) (int64, error) { return 0, s.err }
 
 // TestCoordinatorAbortsWhenTheMetadataCannotBeWritten: the driver performs
 // the machine's persist through its storage and, the write failing, aborts

@@ -48,6 +48,7 @@ type coordEvent struct {
 	ops   []ackedOp            // ack: one per link of the task's chain
 	err   error                // decline, trigger failed, persisted
 	cause abortCause           // decline (causeDeclined if empty)
+	size  int64                // persisted: bytes of the metadata file
 }
 
 // abortCause classifies why a checkpoint was aborted: the reason label of
@@ -156,8 +157,8 @@ type inFlight struct {
 	deadline time.Time
 	acked    map[int]bool
 	md       state.Metadata
-	size     int64
-	persist  bool // every task acked; the metadata is being written
+	size     int64 // bytes of the state files the acks reference
+	persist  bool  // every task acked; the metadata is being written
 }
 
 // coordMachine is the checkpoint coordinator's state machine: when to
@@ -245,7 +246,7 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 				p := m.pending
 				m.pending = nil
 				m.lastEnd = ev.now
-				acts = append(acts, coordAction{kind: actComplete, barrier: p.barrier, size: p.size, duration: ev.now.Sub(p.barrier.Time)})
+				acts = append(acts, coordAction{kind: actComplete, barrier: p.barrier, size: p.size + ev.size, duration: ev.now.Sub(p.barrier.Time)})
 			}
 		}
 	case coordSourceFinished:

@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, job string, uids []string, tasks []*t
 		lastDuration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_duration_seconds",
 			Help: "Duration of the last completed checkpoint."}),
 		lastSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_size_bytes",
-			Help: "Bytes of state files referenced by the last completed checkpoint."}),
+			Help: "Bytes of the last completed checkpoint's files: its metadata (holding operator state) and its state files."}),
 		lastID: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_id",
 			Help: "Id of the last completed checkpoint."}),
 		lastCompleted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_last_checkpoint_completed_timestamp_seconds",

@@ -60,7 +60,7 @@ type CheckpointInfo struct {
 	Triggered time.Time
 	Completed time.Time     // completed checkpoints
 	Duration  time.Duration // completed: trigger to completion
-	Size      int64         // completed: bytes of state files it references
+	Size      int64         // completed: bytes of its files, the metadata (holding operator state) and the state files
 	Aborted   time.Time     // aborted checkpoints
 	// Err is why an aborted checkpoint was aborted (an
 	// *AlignmentTimeoutError names the slow inputs).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/eotest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
@@ -398,4 +400,59 @@ func TestEdges(t *testing.T) {
 		"b =rebalance=> u", // forward between parallelisms 1 and 2
 		"u =broadcast=> all -> discard",
 	})
+}
+
+// TestStatusCheckpointSize: a completed checkpoint's size is the bytes of
+// every file in its folder, the metadata (which holds operator state such
+// as a source's position inline) and the keyed state's files, for a job
+// whose state is all inline and one with keyed state.
+func TestStatusCheckpointSize(t *testing.T) {
+	for _, keyed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keyed=%v", keyed), func(t *testing.T) {
+			dir := t.TempDir()
+			var sizes sync.Map // checkpoint id → size its completed event reported
+			j := runtime.NewJob(runtime.Options{Name: "size", DataDir: dir, Parallelism: 2, Listener: func(ev runtime.Event) {
+				if ev.Kind == runtime.EventCheckpointCompleted {
+					sizes.Store(ev.Checkpoint.ID, ev.Checkpoint.Size)
+				}
+			}})
+			if keyed {
+				eotest.Build(j, eotest.Config{Count: 1000, Keys: 10, Parallelism: 2}, filepath.Join(dir, "out"))
+			} else {
+				src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: 1000}))
+				runtime.SinkTo(src, "discard", operators.NewDiscard[operators.Event](nil))
+			}
+			if err := j.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			lc := j.Status().LastCompleted
+			if lc == nil || !lc.Final {
+				t.Fatalf("last completed checkpoint %+v, want the final one", lc)
+			}
+			storage, err := state.OpenStorage(filepath.Join(dir, "jobs", "size", "checkpoints"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var files int
+			var want int64
+			err = filepath.WalkDir(storage.Path(lc.ID), func(path string, d fs.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return err
+				}
+				info, err := d.Info()
+				files++
+				want += info.Size()
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keyed && files < 2 {
+				t.Fatalf("%d files in checkpoint %d, want the metadata and keyed state files", files, lc.ID)
+			}
+			if ev, _ := sizes.Load(lc.ID); lc.Size != want || ev != want {
+				t.Fatalf("checkpoint %d: status size %d, event size %v; its %d files hold %d bytes", lc.ID, lc.Size, ev, files, want)
+			}
+		})
+	}
 }

@@ -100,26 +100,28 @@ func (s *Storage) SubtaskDir(id barrier.CheckpointID, uid string, subtask int) (
 
 // Complete makes checkpoint md.ID complete by writing its metadata
 // atomically: JSON in an envelope carrying the CRC-32C of the metadata bytes.
-func (s *Storage) Complete(md Metadata) error {
+// It returns the size of the metadata file, which holds the operator state
+// inline.
+func (s *Storage) Complete(md Metadata) (int64, error) {
 	if md.Version == 0 {
 		md.Version = MetadataVersion
 	}
 	raw, err := json.Marshal(md)
 	if err != nil {
-		return fmt.Errorf("encode metadata of %s: %w", CheckpointName(md.ID), err)
+		return 0, fmt.Errorf("encode metadata of %s: %w", CheckpointName(md.ID), err)
 	}
 	dir, err := s.Dir(md.ID)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, _, err = WriteFileAtomic(filepath.Join(dir, MetadataFile), func(w io.Writer) error {
+	size, _, err := WriteFileAtomic(filepath.Join(dir, MetadataFile), func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "{\"crc32c\":%d,\"metadata\":%s}\n", crc32.Checksum(raw, castagnoli), raw)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("complete checkpoint %s: %w", CheckpointName(md.ID), err)
+		return 0, fmt.Errorf("complete checkpoint %s: %w", CheckpointName(md.ID), err)
 	}
-	return nil
+	return size, nil
 }
 
 // Abort removes the folder of a checkpoint that failed.

@@ -33,7 +33,7 @@ func writeCheckpoint(t *testing.T, s *Storage, id barrier.CheckpointID) Metadata
 			Files:     CheckpointFiles("op", 0, []File{{Path: "data", Size: size, CRC32C: crc}}),
 			Unions:    map[string][][]byte{"offsets": {[]byte("p0=7")}},
 		}}}}}
-	if err := s.Complete(md); err != nil {
+	if _, err := s.Complete(md); err != nil {
 		t.Fatal(err)
 	}
 	return md

@@ -31,7 +31,7 @@ func TestAbuseCLINames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id := range barrier.CheckpointID(3) {
-		if err := victim.Complete(state.Metadata{Job: "victim", ID: id + 1, Time: time.Now()}); err != nil {
+		if _, err := victim.Complete(state.Metadata{Job: "victim", ID: id + 1, Time: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}

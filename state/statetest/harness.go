@@ -93,7 +93,7 @@ func (h *harness) capture(id barrier.CheckpointID, subs []*subtask) func() state
 		}
 		md := state.Metadata{Job: "test", ID: id, MaxParallelism: h.maxPar,
 			Operators: map[string]state.OperatorSnapshot{opUID: op}}
-		if err := h.st.Complete(md); err != nil {
+		if _, err := h.st.Complete(md); err != nil {
 			h.t.Fatal(err)
 		}
 		loaded, err := h.st.Load(id)
