@@ -45,6 +45,12 @@ func TestAPI(t *testing.T) {
 		}
 		return code == http.StatusOK && strings.Contains(body, `"phase": "running"`)
 	})
+	// Ready: the one job of the one; no "progress" that reads as a restore's.
+	var ready map[string]any
+	if _, body := httpGet(t, base+"/readyz"); json.Unmarshal([]byte(body), &ready) != nil || ready["jobs_ready"] != 1.0 ||
+		ready["jobs_total"] != 1.0 || ready["progress"] != nil {
+		t.Fatalf("readyz: %s", body)
+	}
 	_, metrics := httpGet(t, base+"/metrics")
 	for _, want := range []string{"ebbflow_build_info{", `ebbflow_table_rows{table="page_visitors"}`,
 		`ebbflow_operator_records_in_total{job="visitors",operator="datagen"}`, `ebbflow_checkpoints_total{job="visitors",status="completed"}`,
@@ -63,7 +69,8 @@ func TestAPI(t *testing.T) {
 	// subtask's records read.
 	js := jobs[0]
 	if js.State != "running" || js.Checkpoints < 1 || js.LastCompleted == nil || js.LastCompleted.ID != *js.LastCheckpoint ||
-		js.LastCompleted.DurationMS == nil || js.LastCompleted.Completed.Before(js.LastCompleted.Triggered) {
+		js.LastCompleted.DurationMS == nil || js.LastCompleted.Completed.Before(js.LastCompleted.Triggered) ||
+		js.LastCompleted.SizeBytes == nil || *js.LastCompleted.SizeBytes == 0 {
 		t.Fatalf("job status %s", body)
 	}
 	var read int64

@@ -449,7 +449,9 @@ func (r *runner) readyz(w http.ResponseWriter, _ *http.Request) {
 			phase = "unhealthy"
 		}
 	}
-	body := map[string]any{"phase": phase, "progress": float64(ready) / float64(max(len(r.jobs), 1)), "jobs": jobs}
+	// How many of the jobs are ready, not how far a restore has got: the
+	// runtime reports phases, not a restore percentage.
+	body := map[string]any{"phase": phase, "jobs_ready": ready, "jobs_total": len(r.jobs), "jobs": jobs}
 	if warn := lowSpaceWarning(r.dataDir, r.flags.minFreeSpace); warn != "" {
 		body["warnings"] = []string{warn}
 	}
