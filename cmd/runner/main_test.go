@@ -45,6 +45,13 @@ func start(t *testing.T, env []string, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd in the background as a child, killed at the test's
+// end if it still runs.
+func startCmd(t *testing.T, cmd *exec.Cmd) *child {
+	t.Helper()
 	c := &child{cmd: cmd, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
 	if err := cmd.Start(); err != nil {
