@@ -72,10 +72,12 @@ func TestReadmeQuickstart(t *testing.T) {
 	// --from-start instead of -n N; the table as JSON: with -o json.
 	scanJSON := inspect[0] + " -o json"
 	tailAll := strings.Replace(inspect[1], tailN[0], " --from-start", 1)
-	latest := func() int {
+	// latest is the id of the latest completed checkpoint, -1 before the
+	// first, or when the command fails (the data directory is not there yet).
+	latest := func() (int, string) {
 		out, code := readmeCmd(t, clone, bin+" checkpoints list -f "+jobFile)
 		if code != 0 {
-			t.Fatalf("checkpoints list: exit %d:\n%s", code, out)
+			return -1, fmt.Sprintf("checkpoints list: exit %d:\n%s", code, out)
 		}
 		id := -1
 		for line := range strings.Lines(out) {
@@ -87,7 +89,7 @@ func TestReadmeQuickstart(t *testing.T) {
 				id = max(id, n)
 			}
 		}
-		return id
+		return id, ""
 	}
 
 	// One run a few seconds long: it stops once it completed two
@@ -99,7 +101,7 @@ func TestReadmeQuickstart(t *testing.T) {
 		// another runner on the machine may use.
 		c := startCmd(t, readmeExec(clone, run+" --http-address 127.0.0.1:0"))
 		waitFor(t, c, 60*time.Second, "two checkpoints and new orders in the table", func() bool {
-			if latest() < prevCheckpoint+2 {
+			if id, _ := latest(); id < prevCheckpoint+2 {
 				return false
 			}
 			out, code := readmeCmd(t, clone, scanJSON)
@@ -133,7 +135,11 @@ func TestReadmeQuickstart(t *testing.T) {
 			t.Fatalf("%s: exit %d:\n%s", tailAll, code, changelog)
 		}
 		checkReplay(t, table, changelog)
-		orders, checkpoint := orderCount(t, table), latest()
+		orders := orderCount(t, table)
+		checkpoint, failed := latest()
+		if failed != "" {
+			t.Fatal(failed)
+		}
 		if orders <= prevOrders || checkpoint <= prevCheckpoint+1 {
 			t.Fatalf("run %d: %d orders after checkpoint %d, want more than %d after %d", i, orders, checkpoint, prevOrders, prevCheckpoint)
 		}
