@@ -104,8 +104,11 @@ func TestReadmeQuickstart(t *testing.T) {
 			if id, _ := latest(); id < prevCheckpoint+2 {
 				return false
 			}
-			out, code := readmeCmd(t, clone, scanJSON)
-			return code == 0 && orderCount(t, out) > prevOrders
+			out, code := readmeCmd(t, clone, scanJSON) // the runner is up: it must answer
+			if code != 0 {
+				t.Fatalf("%s: exit %d:\n%s", scanJSON, code, out)
+			}
+			return orderCount(t, out) > prevOrders
 		})
 		if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
