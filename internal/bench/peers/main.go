@@ -338,7 +338,7 @@ func (b *bench) build(systems []system) error {
 	}
 	steps := [][]string{}
 	if need("ebbflow") {
-		steps = append(steps, []string{b.root, "go", "build", "-o", b.runner, "./cmd/runner"})
+		steps = append(steps, []string{b.root, "go", "build", "-tags", "pebblegozstd", "-trimpath", "-o", b.runner, "./cmd/runner"}) // as .ci/build
 	}
 	if need("flink") {
 		steps = append(steps, []string{filepath.Join(b.root, "internal/bench/peers/flink"), "mvn", "-q", "-B", "package"})
