@@ -8,8 +8,8 @@ import (
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // Event is a record of the sequence source.

@@ -14,8 +14,8 @@ import (
 	"github.com/ebbflow/ebbflow/internal/chaos"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // firing is one OnEventTime call and the watermark it saw.

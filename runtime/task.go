@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // reader is the data side of a source link.

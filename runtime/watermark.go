@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // WatermarkSource is implemented by a Source that tracks event time (see

@@ -13,8 +13,8 @@ import (
 	"github.com/ebbflow/ebbflow/internal/chaos"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

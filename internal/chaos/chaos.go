@@ -29,8 +29,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // ErrInjected marks every injected fault.

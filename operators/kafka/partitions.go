@@ -7,8 +7,8 @@ import (
 	"hash/fnv"
 	"slices"
 
-	"github.com/ebbflow/ebbflow/state"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
-	"github.com/ebbflow/ebbflow/runtime/watermark"
 )
 
 // Row is a record inside a job built from a file.
