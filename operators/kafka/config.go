@@ -61,6 +61,10 @@ type Config struct {
 	// EventTime, if set, makes the source assign event time and emit
 	// watermarks per partition (nil: no event time).
 	EventTime *EventTime
+	// Positions, if set, records where the source had read every
+	// partition at each checkpoint (see Positions): for a source reading
+	// ebbflow changelogs, which upstream versions a checkpoint consumed.
+	Positions *Positions
 }
 
 // ErrorPolicy says what happens to a record that cannot be decoded.

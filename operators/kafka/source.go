@@ -245,6 +245,9 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 		}
 		r.times = all.times
 		if all.ok {
+			if cfg.Positions != nil {
+				cfg.Positions.restored(ctx.Restored, all.next)
+			}
 			mine := func(tp topicPartition) bool {
 				return r.topics.matches(tp.topic) && SubtaskFor(tp.topic, tp.partition, ctx.Parallelism) == ctx.Subtask
 			}
@@ -567,6 +570,9 @@ func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, erro
 			r.snaps = append(r.snaps[:0], r.snaps[1:]...)
 		}
 		r.snaps = append(r.snaps, remembered{id: id, offsets: groupOffsets(r.parts)})
+	}
+	if p := r.src.cfg.Positions; p != nil {
+		p.snapshot(id, r.parts)
 	}
 	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded, r.wms != nil)}}, nil
 }

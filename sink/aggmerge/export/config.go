@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 )
 
@@ -56,6 +57,30 @@ type Config struct {
 	// TopicConfig is the configuration of a created topic; by default
 	// cleanup.policy=compact (both formats write a tombstone per delete).
 	TopicConfig map[string]*string
+	// NoVersions turns off the table versions of committed mode (see the
+	// package doc); uncommitted mode publishes none.
+	NoVersions bool
+	// VersionsTopic is the compacted topic of the table's versions
+	// ("<Topic>.versions", changelogfmt.VersionsTopic), created with one
+	// partition and cleanup.policy=compact when absent.
+	VersionsTopic string
+	// VersionsHistory is how many recent versions a reader finds (1000):
+	// a version's record key is its number mod VersionsHistory, so
+	// compaction keeps at least the newest VersionsHistory versions.
+	VersionsHistory int
+	// VersionsFile, if set, keeps the newest versions (up to 100) in the
+	// data dir, written crash-safe after each one is committed
+	// (ReadVersionsFile reads it).
+	VersionsFile string
+	// Writers are the ids of the exactly-once writers ("<job>/<sink>#<i>")
+	// that write the table now: a version holds, per writer group, the
+	// checkpoint all of its listed writers committed. Empty: every writer
+	// registered with the table (then unregister a subtask a rescale
+	// removed, or versions wait for it forever).
+	Writers []string
+	// Upstream, if set, tells for each writer's job which upstream
+	// versions its checkpoint consumed completely; a version records them.
+	Upstream UpstreamFunc
 	// Registerer receives the metrics (nil: a private registry).
 	Registerer prometheus.Registerer
 	// Logger receives the logs (nil: discarded).
@@ -97,6 +122,12 @@ func (c *Config) setDefaults() {
 	if c.TopicConfig == nil {
 		compact := "compact"
 		c.TopicConfig = map[string]*string{"cleanup.policy": &compact}
+	}
+	if c.VersionsTopic == "" {
+		c.VersionsTopic = changelogfmt.VersionsTopic(c.Topic)
+	}
+	if c.VersionsHistory <= 0 {
+		c.VersionsHistory = 1000
 	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()

@@ -32,7 +32,13 @@ type Exporter struct {
 		retain     []uint64  // per bucket: the lowest log offset still needed
 		done       []uint64  // per bucket: exported or passed over below this
 		lastCommit time.Time // of the last committed transaction
+		version    Version   // the last version published (Version 0: none)
 	}
+	ver versionState // Run's goroutine only
+	// failBeforeCommit, set by tests, is called after a transaction's
+	// records and version (if any) were produced, before the commit: an
+	// error fails the transaction.
+	failBeforeCommit func(version *Version) error
 }
 
 // New checks cfg and makes an exporter; nothing connects before Run.
@@ -142,13 +148,17 @@ func (x *Exporter) session(ctx context.Context) error {
 		kgo.TransactionalID(x.cfg.TransactionalID),
 		kgo.TransactionTimeout(transactionTimeout(x.cfg.CheckpointInterval)),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		// kadm's lookups use cached metadata: a topic looked up before it
+		// was created (the versions topic) would look absent for the
+		// default 5 s.
+		kgo.MetadataMinAge(100*time.Millisecond),
 	)...)
 	if err != nil {
 		return fmt.Errorf("make producer: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if err := x.ensureTopic(ctx, adm); err != nil {
+	if err := x.ensureTopic(ctx, adm, x.cfg.Topic, x.buckets, x.cfg.TopicConfig); err != nil {
 		return err
 	}
 	// Before loading the producer id, which fences whoever holds this
@@ -175,6 +185,9 @@ func (x *Exporter) session(ctx context.Context) error {
 	}
 	cs, err := x.cursors(last)
 	if err != nil {
+		return err
+	}
+	if err := x.resumeVersions(ctx, adm, conn, last); err != nil {
 		return err
 	}
 	if err := x.publish(cs); err != nil {
@@ -205,6 +218,12 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 	var changes []change
 	var recs []*kgo.Record
 	held := map[int]uint64{} // the restart point of each bucket's last record
+	// The writers' checkpoints before the log ends: their commit markers
+	// are below the ends (see writerCheckpoints).
+	var ws writers
+	if x.cfg.versionsOn() {
+		ws = x.currentWriters()
+	}
 	ends := x.cfg.Table.LogEnds()
 	if x.cfg.Mode == Uncommitted && slices.ContainsFunc(cs, func(c *cursor) bool { return c.done < ends[c.bucket] }) {
 		// The table's writes are unsynced until a checkpoint: a SIGKILL may
@@ -236,10 +255,12 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 			held[c.bucket] = changes[len(changes)-1].resume
 		}
 	}
-	if len(recs) > 0 {
-		if err := x.transact(ctx, cl, recs); err != nil {
-			return 0, err
-		}
+	due, err := x.dueVersion(ctx, cs, ends, ws)
+	if err != nil {
+		return 0, err
+	}
+	if err := x.transact(ctx, cl, recs, due); err != nil {
+		return 0, err
 	}
 	for b, off := range held {
 		cs[b].held = off
@@ -253,29 +274,40 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 	return len(recs), nil
 }
 
-// transact produces recs in one transaction and commits it. On any error
-// it tries to abort, and the caller re-initialises the producer: a
-// transaction whose outcome is unknown is never retried blindly, the next
-// session reads what the topic holds instead.
-func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+// transact produces recs in one transaction and commits it, with the
+// version due (if any, and if it holds anything new) produced last, its
+// end offsets those of the transaction's records: the version and the
+// changelog up to it commit together or not at all. With neither records
+// nor a version to publish it does nothing. On any error it tries to
+// abort, and the caller re-initialises the producer: a transaction whose
+// outcome is unknown is never retried blindly, the next session reads
+// what the topic holds instead.
+func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, due *Version) error {
+	ends := slices.Clone(x.ver.ends)
+	var vr *kgo.Record
+	var err error
+	if len(recs) == 0 {
+		if vr, err = x.versionRecord(due, ends); err != nil || vr == nil {
+			return err
+		}
+	}
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	var mu sync.Mutex
-	var perr error
-	for _, r := range recs {
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				mu.Lock()
-				perr = firstErr(perr, err)
-				mu.Unlock()
-			}
-		})
+	err = produceAll(ctx, cl, recs, func(r *kgo.Record) { ends[r.Partition] = max(ends[r.Partition], r.Offset+1) })
+	if err == nil && len(recs) > 0 {
+		vr, err = x.versionRecord(due, ends)
 	}
-	err := cl.Flush(ctx)
-	mu.Lock()
-	err = firstErr(err, perr)
-	mu.Unlock()
+	if err == nil && vr != nil {
+		err = produceAll(ctx, cl, []*kgo.Record{vr}, func(*kgo.Record) {})
+	}
+	if err == nil && x.failBeforeCommit != nil {
+		var v *Version
+		if vr != nil {
+			v = due
+		}
+		err = x.failBeforeCommit(v)
+	}
 	if err == nil {
 		err = cl.EndTransaction(ctx, kgo.TryCommit)
 	}
@@ -288,12 +320,39 @@ func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 		}
 		return fmt.Errorf("export transaction of %d records: %w", len(recs), classify(err))
 	}
+	x.ver.ends = ends
 	x.m.transactions.Inc()
 	x.m.records.Add(float64(len(recs)))
 	x.mu.Lock()
 	x.mu.lastCommit = time.Now()
 	x.mu.Unlock()
+	if vr != nil {
+		return x.published(due)
+	}
 	return nil
+}
+
+// produceAll produces recs and waits until all are acknowledged, calling
+// done with each one acknowledged (its Offset set); it returns the first
+// error.
+func produceAll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, done func(*kgo.Record)) error {
+	var mu sync.Mutex
+	var perr error
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				perr = firstErr(perr, err)
+				return
+			}
+			done(r)
+		})
+	}
+	err := cl.Flush(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	return firstErr(err, perr)
 }
 
 // publish records where a restarted exporter would read from (the restart

@@ -13,6 +13,7 @@ type metrics struct {
 	aborts       prometheus.Counter
 	reinits      prometheus.Counter
 	lag          *prometheus.GaugeVec
+	version      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
@@ -29,9 +30,11 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ebbflow_export_lag_entries", ConstLabels: labels,
 			Help: "Log entries of a bucket not yet exported or passed over (log end minus export position)."},
 			[]string{"bucket"}),
+		version: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_table_version", ConstLabels: labels,
+			Help: "The table's last version published with its changelog (0: none yet)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.records, m.transactions, m.aborts, m.reinits, m.lag} {
+	for _, c := range []prometheus.Collector{m.records, m.transactions, m.aborts, m.reinits, m.lag, m.version} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -19,32 +19,32 @@ var (
 	ErrFenced     = errors.New("export: fenced by another exporter with the same transactional id")
 )
 
-// ensureTopic creates the topic with one partition per bucket, or checks
+// ensureTopic creates topic with the given partitions (the changelog:
+// one per bucket; the versions topic: one) and configuration, or checks
 // the partition count of an existing one.
-func (x *Exporter) ensureTopic(ctx context.Context, adm *kadm.Client) error {
-	topic, buckets := x.cfg.Topic, x.buckets
+func (x *Exporter) ensureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int, config map[string]*string) error {
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("describe topic %q: %w", topic, err)
 	}
 	if d, ok := details[topic]; ok && d.Err == nil {
-		if len(d.Partitions) != buckets {
-			return fmt.Errorf("%w: topic %q has %d partitions, table %q has %d buckets", ErrPartitions, topic, len(d.Partitions), x.cfg.Name, buckets)
+		if len(d.Partitions) != partitions {
+			return fmt.Errorf("%w: topic %q has %d partitions, table %q needs %d", ErrPartitions, topic, len(d.Partitions), x.cfg.Name, partitions)
 		}
 		return nil
 	}
-	resp, err := adm.CreateTopic(ctx, int32(buckets), x.cfg.Replication, x.cfg.TopicConfig, topic)
+	resp, err := adm.CreateTopic(ctx, int32(partitions), x.cfg.Replication, config, topic)
 	if err == nil {
 		err = resp.Err
 	}
 	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return x.ensureTopic(ctx, adm) // created concurrently: check it
+		return x.ensureTopic(ctx, adm, topic, partitions, config) // created concurrently: check it
 	}
 	if err != nil {
-		return fmt.Errorf("create topic %q with %d partitions: %w", topic, buckets, err)
+		return fmt.Errorf("create topic %q with %d partitions: %w", topic, partitions, err)
 	}
-	x.log.Info("changelog topic created", "topic", topic, "partitions", buckets)
-	return x.awaitTopic(ctx, adm)
+	x.log.Info("topic created", "topic", topic, "partitions", partitions)
+	return awaitTopic(ctx, adm, topic)
 }
 
 // topicReadyTimeout bounds the wait for a topic just created.
@@ -53,11 +53,12 @@ const topicReadyTimeout = 10 * time.Second
 // awaitTopic waits, quietly, until the offsets of a topic just created can
 // be listed: for a moment the broker (or the client's metadata cache) may
 // not know it yet, which is no failure worth a warning. After
-// topicReadyTimeout it gives up and lets readLast report what is wrong.
-func (x *Exporter) awaitTopic(ctx context.Context, adm *kadm.Client) error {
+// topicReadyTimeout it gives up and lets the reads that follow report what
+// is wrong.
+func awaitTopic(ctx context.Context, adm *kadm.Client, topic string) error {
 	deadline := time.Now().Add(topicReadyTimeout)
 	for {
-		ends, err := adm.ListCommittedOffsets(ctx, x.cfg.Topic)
+		ends, err := adm.ListCommittedOffsets(ctx, topic)
 		if err == nil {
 			err = ends.Error()
 		}
@@ -76,6 +77,7 @@ func (x *Exporter) awaitTopic(ctx context.Context, adm *kadm.Client) error {
 type lastExported struct {
 	found          bool
 	offset, resume uint64 // log offset and restart point of the record
+	kafkaOffset    int64  // the record's offset in the partition
 	table, tableID string
 	txnID          string // the writer's transactional id ("" before it was a header)
 }
@@ -131,11 +133,34 @@ func (x *Exporter) closeFormer(ctx context.Context, conn []kgo.Opt) error {
 	return nil
 }
 
-// readLast finds the last committed record of every partition, reading
-// backwards in doubling windows: aborted records and transaction markers
-// at the end of a partition are not records of the changelog.
+// readLast reads what the last committed record of every partition of
+// the changelog says.
 func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Opt) ([]lastExported, error) {
-	topic := x.cfg.Topic
+	recs, err := lastCommitted(ctx, adm, opts, x.cfg.Topic, x.buckets)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lastExported, x.buckets)
+	for p, r := range recs {
+		if r == nil {
+			continue
+		}
+		off, ok1 := uintHeader(r, HeaderOffset)
+		res, ok2 := uintHeader(r, HeaderResume)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%w: record %d of %s/%d has no %s and %s headers", ErrMismatch, r.Offset, x.cfg.Topic, p, HeaderOffset, HeaderResume)
+		}
+		out[p] = lastExported{found: true, offset: off, resume: res, kafkaOffset: r.Offset, table: string(header(r, HeaderTable)),
+			tableID: string(header(r, HeaderTableID)), txnID: string(header(r, HeaderTransactionalID))}
+	}
+	return out, nil
+}
+
+// lastCommitted finds the last committed record of every partition of
+// topic (nil where there is none), reading backwards in doubling windows:
+// aborted records and transaction markers at the end of a partition are
+// not records of it.
+func lastCommitted(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, topic string, partitions int) ([]*kgo.Record, error) {
 	ends, err := adm.ListCommittedOffsets(ctx, topic) // the last stable offsets
 	if err == nil {
 		err = ends.Error()
@@ -150,10 +175,10 @@ func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Op
 	if err != nil {
 		return nil, fmt.Errorf("list start offsets of %q: %w", topic, err)
 	}
-	out := make([]lastExported, x.buckets)
+	out := make([]*kgo.Record, partitions)
 	type window struct{ from, until, start int64 }
 	todo := map[int32]window{}
-	for p := range int32(x.buckets) {
+	for p := range int32(partitions) {
 		s, _ := starts.Lookup(topic, p)
 		e, _ := ends.Lookup(topic, p)
 		if e.Offset > s.Offset {
@@ -179,13 +204,7 @@ func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Op
 				todo[p] = window{from: max(w.start, w.from-2*(w.until-w.from)), until: w.from, start: w.start}
 				continue
 			}
-			off, ok1 := uintHeader(r, HeaderOffset)
-			res, ok2 := uintHeader(r, HeaderResume)
-			if !ok1 || !ok2 {
-				return nil, fmt.Errorf("%w: record %d of %s/%d has no %s and %s headers", ErrMismatch, r.Offset, topic, p, HeaderOffset, HeaderResume)
-			}
-			out[p] = lastExported{found: true, offset: off, resume: res, table: string(header(r, HeaderTable)),
-				tableID: string(header(r, HeaderTableID)), txnID: string(header(r, HeaderTransactionalID))}
+			out[p] = r
 			delete(todo, p)
 		}
 	}

@@ -40,6 +40,19 @@ type cursor struct {
 	// blocked is the writer group of the first undecided entry ("" if
 	// none) and blockedBy its writer id.
 	blocked, blockedBy string
+	// Committed mode, for versions: the offset of the last marker scanned
+	// (if marked), and per writer group the checkpoint of its last marker
+	// scanned, since the exporter started.
+	marked     bool
+	lastMarker uint64
+	lastOf     map[string]lastMarker
+}
+
+// lastMarker is the last marker of a writer group in a bucket.
+type lastMarker struct {
+	writer     aggmerge.Writer // the subtask that wrote it, and its epoch
+	rollback   bool            // a rollback marker (else a commit marker)
+	checkpoint uint64
 }
 
 type marker struct {
@@ -259,6 +272,11 @@ func selectCommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out [
 				g := group(e.Writer.ID)
 				c.markers = append(c.markers, marker{off: e.Offset, group: g, m: e.Marker})
 				fresh = fresh || g == c.blocked
+				c.marked, c.lastMarker = true, e.Offset
+				if c.lastOf == nil {
+					c.lastOf = map[string]lastMarker{}
+				}
+				c.lastOf[g] = lastMarker{writer: e.Writer, rollback: e.Marker.Kind == aggmerge.MarkerRollback, checkpoint: e.Marker.Checkpoint}
 			}
 			return nil
 		})

@@ -1,0 +1,209 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
+)
+
+// upstreamKept bounds the versions an Upstream keeps per topic: a job more
+// than that many versions behind its upstream is told it consumed none.
+const upstreamKept = 1000
+
+// versionsReader reads a versions topic incrementally, read_committed.
+type versionsReader struct {
+	topic string
+	cl    *kgo.Client
+	adm   *kadm.Client
+	added bool  // the partition is being consumed
+	next  int64 // the offset after the last record read
+	keep  int   // versions kept (0: all)
+	list  []Version
+}
+
+func newVersionsReader(conn []kgo.Opt, topic string, keep int) (*versionsReader, error) {
+	cl, err := kgo.NewClient(append(slices.Clip(conn),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // to see that the end is reached
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("read versions %q: %w", topic, err)
+	}
+	return &versionsReader{topic: topic, cl: cl, adm: kadm.NewClient(cl), keep: keep}, nil
+}
+
+// catchUp reads the topic up to its last stable offset as of the call. A
+// topic that does not exist (yet) holds no versions. A version record
+// whose number does not exceed the last one read is ignored (a recreated
+// topic), so the list grows in number.
+func (r *versionsReader) catchUp(ctx context.Context) error {
+	ends, err := r.adm.ListCommittedOffsets(ctx, r.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read versions %q: list end offsets: %w", r.topic, err)
+	}
+	end, _ := ends.Lookup(r.topic, 0)
+	if end.Offset <= r.next {
+		return nil
+	}
+	if !r.added {
+		r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.topic: {0: kgo.NewOffset().AtStart()}})
+		r.added = true
+	}
+	for r.next < end.Offset {
+		fs := r.cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read versions %q: %w", r.topic, err)
+		}
+		for _, fe := range fs.Errors() {
+			return fmt.Errorf("read versions %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		var derr error
+		fs.EachRecord(func(rec *kgo.Record) {
+			r.next = rec.Offset + 1
+			if rec.Attrs.IsControl() || derr != nil {
+				return
+			}
+			v, err := changelogfmt.DecodeVersion(rec)
+			if err != nil {
+				derr = fmt.Errorf("read versions %q: %w", r.topic, err)
+				return
+			}
+			if n := len(r.list); n > 0 && v.Version <= r.list[n-1].Version {
+				return
+			}
+			r.list = append(r.list, v)
+			if r.keep > 0 && len(r.list) > r.keep {
+				r.list = slices.Delete(r.list, 0, len(r.list)-r.keep)
+			}
+		})
+		if derr != nil {
+			return derr
+		}
+	}
+	return nil
+}
+
+// ReadVersions reads a table's versions topic (see Config.VersionsTopic)
+// up to its end as of the call, read_committed, and returns the versions
+// it holds, oldest first. Compaction keeps at least the newest
+// Config.VersionsHistory of them; a reader that joins late gets those.
+func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]Version, error) {
+	opts, err := conn.Options()
+	if err != nil {
+		return nil, fmt.Errorf("read versions %q: %w", topic, err)
+	}
+	r, err := newVersionsReader(opts, topic, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer r.cl.Close()
+	if err := r.catchUp(ctx); err != nil {
+		return nil, err
+	}
+	return r.list, nil
+}
+
+// Upstream tells, for a job whose sources read ebbflow changelogs, which
+// upstream versions it had consumed completely at a checkpoint: per topic
+// read, the newest version (in its versions topic, VersionsTopicOf) whose
+// end offsets the source's positions at that checkpoint (kafka.Positions)
+// are at or past in every partition. Its Consumed is an UpstreamFunc's
+// work (Config.Upstream). A topic without versions topic (not written by
+// an ebbflow exporter) contributes nothing.
+//
+// A version is committed with the changelog records it ends at, so once
+// the job has read those records, the version is in the versions topic:
+// Consumed reads it to its end first, and never misses a version the
+// positions cover.
+type Upstream struct {
+	conn            []kgo.Opt
+	positions       *kafka.Positions
+	versionsTopicOf func(string) string
+
+	mu struct {
+		sync.Mutex // one Consumed at a time
+		readers    map[string]*versionsReader
+		closed     bool
+	}
+}
+
+// NewUpstream returns the Upstream of a source connected by conn whose
+// positions are recorded in positions. versionsTopicOf names the versions
+// topic of each changelog topic (nil: changelogfmt.VersionsTopic).
+func NewUpstream(conn kafka.Connection, positions *kafka.Positions, versionsTopicOf func(string) string) (*Upstream, error) {
+	opts, err := conn.Options()
+	if err != nil {
+		return nil, fmt.Errorf("upstream versions: %w", err)
+	}
+	if versionsTopicOf == nil {
+		versionsTopicOf = changelogfmt.VersionsTopic
+	}
+	u := &Upstream{conn: opts, positions: positions, versionsTopicOf: versionsTopicOf}
+	u.mu.readers = map[string]*versionsReader{}
+	return u, nil
+}
+
+// Consumed returns the upstream versions consumed completely at
+// checkpoint, sorted by topic; ok is false when the positions of that
+// checkpoint are not known in this process (see kafka.Positions.At).
+func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) ([]changelogfmt.UpstreamVersion, bool, error) {
+	at, ok := u.positions.At(barrier.CheckpointID(checkpoint))
+	if !ok {
+		return nil, false, nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.mu.closed {
+		return nil, false, errors.New("upstream versions: closed")
+	}
+	var out []changelogfmt.UpstreamVersion
+	for _, topic := range slices.Sorted(maps.Keys(at)) {
+		r := u.mu.readers[topic]
+		if r == nil {
+			var err error
+			if r, err = newVersionsReader(u.conn, u.versionsTopicOf(topic), upstreamKept); err != nil {
+				return nil, false, err
+			}
+			u.mu.readers[topic] = r
+		}
+		if err := r.catchUp(ctx); err != nil {
+			return nil, false, err
+		}
+		pos := at[topic]
+		for i := len(r.list) - 1; i >= 0; i-- {
+			v := &r.list[i]
+			if v.Topic == topic && v.Covers(func(p int32) int64 { return pos[p] }) {
+				out = append(out, changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version})
+				break
+			}
+		}
+	}
+	return out, true, nil
+}
+
+// Close closes the clients; Consumed fails afterwards.
+func (u *Upstream) Close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.mu.closed = true
+	for _, r := range u.mu.readers {
+		r.cl.Close()
+	}
+}

@@ -1,0 +1,310 @@
+package export
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// Version is a table version (see changelogfmt.Version and the package
+// doc).
+type Version = changelogfmt.Version
+
+// UpstreamFunc tells which upstream versions job had consumed completely
+// at its completed checkpoint (see Config.Upstream). ok is false while it
+// cannot tell yet (the job's sources have not opened, or have not
+// snapshotted that checkpoint in this process): the version waits.
+type UpstreamFunc func(ctx context.Context, job string, checkpoint uint64) (ups []changelogfmt.UpstreamVersion, ok bool, err error)
+
+// localVersions bounds the versions kept in Config.VersionsFile.
+const localVersions = 100
+
+// versionState is the exporter's view of its versions: only Run's
+// goroutine uses it; the last version is also in Exporter.mu for readers.
+type versionState struct {
+	// ends is, per partition, the Kafka offset past the last changelog
+	// record committed: the end offsets of a version cut now.
+	ends []int64
+	last Version // the last version published (Version 0: none)
+	// kept are the newest versions, oldest first, as in VersionsFile.
+	kept []Version
+}
+
+// versionsOn reports whether the exporter publishes versions: in committed
+// mode unless NoVersions (uncommitted mode exports writes no checkpoint
+// covers yet, which no version could name).
+func (c *Config) versionsOn() bool { return c.Mode == Committed && !c.NoVersions }
+
+// writers is what a version cut now would hold of the table's writers.
+type writers struct {
+	ok bool // every group is at one checkpoint
+	// checkpoints are, per writer group, the checkpoint every one of its
+	// writers committed.
+	checkpoints []changelogfmt.WriterCheckpoint
+	epochs      map[string]uint64 // writer id → registered epoch
+}
+
+// currentWriters reads the registrations of the table's writers (the
+// listed ones, Config.Writers, or all). It is not ok while the writers of
+// a group disagree (a checkpoint is completing: its commit markers are
+// being written) or one of them has not committed a checkpoint yet. Read
+// before the log ends, every commit marker the checkpoints promise is below
+// those ends.
+func (x *Exporter) currentWriters() writers {
+	regs := x.cfg.Table.Writers()
+	if len(x.cfg.Writers) > 0 {
+		byID := map[string]int{}
+		for i, r := range regs {
+			byID[r.Writer] = i
+		}
+		listed := regs[:0:0]
+		for _, w := range x.cfg.Writers {
+			i, ok := byID[w]
+			if !ok {
+				return writers{} // not registered yet
+			}
+			listed = append(listed, regs[i])
+		}
+		regs = listed
+	}
+	ws := writers{ok: true, epochs: map[string]uint64{}}
+	at := map[string]int{}
+	for _, r := range regs {
+		ws.epochs[r.Writer] = r.Epoch
+		if !r.Committed {
+			return writers{}
+		}
+		g := group(r.Writer)
+		if i, ok := at[g]; ok {
+			if ws.checkpoints[i].Checkpoint != r.Checkpoint {
+				return writers{}
+			}
+			continue
+		}
+		at[g] = len(ws.checkpoints)
+		ws.checkpoints = append(ws.checkpoints, changelogfmt.WriterCheckpoint{Writer: g, Job: r.Job, Checkpoint: r.Checkpoint})
+	}
+	slices.SortFunc(ws.checkpoints, func(a, b changelogfmt.WriterCheckpoint) int { return strings.Compare(a.Writer, b.Writer) })
+	return ws
+}
+
+// same reports whether o holds the same checkpoints and epochs.
+func (w *writers) same(o *writers) bool {
+	return w.ok == o.ok && slices.Equal(w.checkpoints, o.checkpoints) && maps.Equal(w.epochs, o.epochs)
+}
+
+// versionPoint reports whether what the export has reached, after a
+// selection up to ends, is exactly the writers' checkpoints ws:
+//   - in every bucket the selection scanned the log to its end and passed
+//     its last marker, so every entry a commit marker covers is exported
+//     or discarded, and every entry after it is undecided, none exported;
+//   - no writer group's last marker in a bucket is of a later checkpoint
+//     than its registrations say (the marker of a checkpoint whose
+//     registration is not updated yet);
+//   - none is a rollback marker of the writer's current epoch: an undo
+//     is under way (the restore's commit markers, written in one batch
+//     after it in every bucket, come next, then its registration).
+//
+// The markers compared are those scanned since the session started; a
+// restore writes one in every bucket, so they are of the writers' current
+// timeline.
+func versionPoint(cs []*cursor, ends []uint64, ws writers) bool {
+	for _, c := range cs {
+		end := ends[c.bucket]
+		if c.done < end && (c.scanned < end || (c.marked && c.done <= c.lastMarker)) {
+			return false
+		}
+		for _, w := range ws.checkpoints {
+			m, ok := c.lastOf[w.Writer]
+			if !ok {
+				continue
+			}
+			if m.checkpoint > w.Checkpoint || (m.rollback && m.writer.Epoch == ws.epochs[m.writer.ID]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dueVersion returns the version to publish with the round whose
+// selection just ended, or nil: none when the export is not at a version
+// point or the upstream versions are not known yet. Its end offsets are
+// filled in by transact.
+func (x *Exporter) dueVersion(ctx context.Context, cs []*cursor, ends []uint64, ws writers) (*Version, error) {
+	if !ws.ok || !versionPoint(cs, ends, ws) {
+		return nil, nil
+	}
+	// Read again: a registration that changed meanwhile may belong to
+	// markers below the ends that the first read did not account for (a
+	// restore records its checkpoint just after its commit markers).
+	if again := x.currentWriters(); !again.same(&ws) {
+		return nil, nil
+	}
+	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, Writers: ws.checkpoints}
+	if x.cfg.Upstream == nil {
+		return v, nil
+	}
+	for _, w := range ws.checkpoints {
+		ups, ok, err := x.cfg.Upstream(ctx, w.Job, w.Checkpoint)
+		if err != nil {
+			return nil, fmt.Errorf("upstream versions of job %q checkpoint %d: %w", w.Job, w.Checkpoint, err)
+		}
+		if !ok {
+			return nil, nil
+		}
+		v.Upstream = append(v.Upstream, ups...)
+	}
+	slices.SortFunc(v.Upstream, func(a, b changelogfmt.UpstreamVersion) int { return strings.Compare(a.Topic, b.Topic) })
+	v.Upstream = slices.Compact(v.Upstream)
+	return v, nil
+}
+
+// versionRecord completes v with the next number, the end offsets and the
+// time, and returns its record; nil when v holds what the last version
+// holds (nothing to publish).
+func (x *Exporter) versionRecord(v *Version, ends []int64) (*kgo.Record, error) {
+	if v == nil {
+		return nil, nil
+	}
+	v.EndOffsets = ends
+	if x.ver.last.Version > 0 && v.SameContent(&x.ver.last) {
+		return nil, nil
+	}
+	v.Version = x.ver.last.Version + 1
+	v.Format = changelogfmt.VersionFormat
+	v.CommitTime = x.cfg.Now().UTC()
+	return changelogfmt.VersionRecord(x.cfg.VersionsTopic, v, x.cfg.VersionsHistory)
+}
+
+// published records v as the last version, once its transaction
+// committed, in memory and in VersionsFile.
+func (x *Exporter) published(v *Version) error {
+	x.ver.last = *v
+	x.ver.kept = append(x.ver.kept, *v)
+	if n := len(x.ver.kept) - min(localVersions, x.cfg.VersionsHistory); n > 0 {
+		x.ver.kept = slices.Delete(x.ver.kept, 0, n)
+	}
+	x.mu.Lock()
+	x.mu.version = *v
+	x.mu.Unlock()
+	x.m.version.Set(float64(v.Version))
+	if x.cfg.VersionsFile == "" {
+		return nil
+	}
+	if err := writeVersionsFile(x.cfg.VersionsFile, x.ver.kept); err != nil {
+		return fmt.Errorf("keep version %d of %q: %w", v.Version, x.cfg.Name, err)
+	}
+	return nil
+}
+
+// versionsFile is the content of Config.VersionsFile.
+type versionsFile struct {
+	Format   int       `json:"format"`
+	Versions []Version `json:"versions"`
+}
+
+func writeVersionsFile(path string, vs []Version) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	_, _, err := state.WriteFileAtomic(path, func(w io.Writer) error {
+		return json.NewEncoder(w).Encode(versionsFile{Format: changelogfmt.VersionFormat, Versions: vs})
+	})
+	return err
+}
+
+// ReadVersionsFile reads the versions an exporter kept in its
+// Config.VersionsFile, oldest first (none when the file does not exist).
+func ReadVersionsFile(path string) ([]Version, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read versions file: %w", err)
+	}
+	var f versionsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("read versions file %s: %w", path, err)
+	}
+	if f.Format < 1 || f.Format > changelogfmt.VersionFormat {
+		return nil, fmt.Errorf("read versions file %s: format %d, this build knows up to %d", path, f.Format, changelogfmt.VersionFormat)
+	}
+	return f.Versions, nil
+}
+
+// resumeVersions finds, at the start of a session, the last version
+// published (in the versions topic, or the data dir's file if it is
+// newer: numbers never go back, also when the topic was recreated) and the
+// changelog's end offsets.
+func (x *Exporter) resumeVersions(ctx context.Context, adm *kadm.Client, conn []kgo.Opt, last []lastExported) error {
+	x.ver.ends = make([]int64, x.buckets)
+	for p, l := range last {
+		if l.found {
+			x.ver.ends[p] = l.kafkaOffset + 1
+		}
+	}
+	if !x.cfg.versionsOn() {
+		return nil
+	}
+	compact := "compact"
+	if err := x.ensureTopic(ctx, adm, x.cfg.VersionsTopic, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		return err
+	}
+	recs, err := lastCommitted(ctx, adm, conn, x.cfg.VersionsTopic, 1)
+	if err != nil {
+		return err
+	}
+	kept, err := ReadVersionsFile(x.cfg.VersionsFile)
+	if err != nil {
+		return err
+	}
+	x.ver.kept = kept
+	x.ver.last = Version{}
+	if len(kept) > 0 {
+		x.ver.last = kept[len(kept)-1]
+	}
+	if r := recs[0]; r != nil {
+		v, err := changelogfmt.DecodeVersion(r)
+		if err != nil {
+			return fmt.Errorf("%w: versions topic %q: %w", ErrMismatch, x.cfg.VersionsTopic, err)
+		}
+		if v.TableID != x.enc.id {
+			return fmt.Errorf("%w: versions topic %q holds versions of table %q (id %s); this exporter writes table %q (id %s)",
+				ErrMismatch, x.cfg.VersionsTopic, v.Table, v.TableID, x.cfg.Name, x.enc.id)
+		}
+		if v.Version >= x.ver.last.Version {
+			x.ver.last = v
+		}
+	}
+	if x.ver.last.Version > 0 {
+		x.mu.Lock()
+		x.mu.version = x.ver.last
+		x.mu.Unlock()
+		x.m.version.Set(float64(x.ver.last.Version))
+	}
+	return nil
+}
+
+// LastVersion returns the last version the exporter published or found
+// published; ok is false before there is one.
+func (x *Exporter) LastVersion() (Version, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.mu.version, x.mu.version.Version > 0
+}
