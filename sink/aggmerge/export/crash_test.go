@@ -105,7 +105,9 @@ func runChild(dir string, brokers []string, topic string, mode Mode) error {
 // table at random moments, then lets it finish, and checks the topic:
 // every change exactly once per partition in log order (by the offset
 // header), read back equal to the table; in committed mode, no record from
-// a rolled-back range, and per key exactly the exact sequence of states.
+// a rolled-back range, per key exactly the exact sequence of states, and
+// versions that grow by one across the kills, each a checkpoint cut of the
+// input read up to its end offsets, the last at the changelog's end.
 func TestCrashExporterSIGKILL(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	for _, mode := range []Mode{Committed, Uncommitted} {
@@ -177,6 +179,18 @@ func checkCrashTopic(t *testing.T, seed int64, brokers []string, topic string, t
 		}
 		sameOffsets(t, got, want)
 		checkStates(t, seed, recs)
+		// The versions, published in the transactions of the changelog:
+		// numbers growing by one across the kills, each a checkpoint cut
+		// of the input, the last one at the changelog's end.
+		vs, err := ReadVersions(context.Background(), kafka.Connection{Brokers: brokers}, topic+".versions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: %d versions", seed, len(vs))
+		checkVersions(t, vs, recs, testBuckets)
+		for _, v := range vs {
+			checkCut(t, fmt.Sprintf("seed %d: version %d", seed, v.Version), replay(recs, v.EndOffsets), []string{"total", "n", "top", "last"})
+		}
 	}
 	want := tableJSON(t, tbl)
 	if len(want) != crashKeys {
