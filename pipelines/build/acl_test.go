@@ -41,7 +41,7 @@ restart: {max_attempts: 0}
 
 // TestACLsOfTheDocs runs a job as a user that has exactly the ACLs
 // docs/KAFKA.md lists (source topic, group, dead-letter topic, changelog
-// topic, the "ebbflow-" transactional-id prefix) on a kfake cluster that
+// topic and its versions topic, the "ebbflow-" transactional-id prefix) on a kfake cluster that
 // enforces them: the dead-letter and changelog topics are created, both
 // kinds of dead letters and the changelog arrive. A dead-letter topic the
 // user may not create fails the job at its start, with no restart.
@@ -62,6 +62,7 @@ func TestACLsOfTheDocs(t *testing.T) {
 		acl(group, "secure", lit, R),
 		acl(topic, "dead", lit, C, W, D),
 		acl(topic, "out", lit, C, W, D, R),
+		acl(topic, "out.versions", lit, C, W, D, R),
 		acl(txn, "ebbflow-", pre, W, D),
 	} {
 		acls = append(acls, a...)

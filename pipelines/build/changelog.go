@@ -9,10 +9,12 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
 // changelogSource adds a Kafka source reading a changelog (format
-// upsert-json or debezium-json) and returns its exact changes: upsert-json
+// upsert-json or debezium-json), with the tracker of the upstream versions
+// it consumes (Env.upstream), and returns its exact changes: upsert-json
 // records do not say what they replace, so they go through
 // kafka.NormalizeChanges ("<source>-normalize"), which keeps the last row
 // of every record key in checkpointed keyed state and derives -U and -D.
@@ -25,6 +27,15 @@ func (e *Env) changelogSource(j *Job, name string, k *pipelines.KafkaSource) (ru
 	if err != nil {
 		return runtime.Stream[kafka.Change]{}, nil, err
 	}
+	// The source's positions at each checkpoint tell which versions of the
+	// changelogs it reads the job consumed: the versions of the tables it
+	// writes record them.
+	cfg.Positions = kafka.NewPositions()
+	up, err := export.NewUpstream(cfg.Connection, cfg.Positions, nil)
+	if err != nil {
+		return runtime.Stream[kafka.Change]{}, nil, err
+	}
+	e.addUpstream(j.Name(), name, up)
 	ks, err := kafka.NewSource(cfg, format.Decoder())
 	if err != nil {
 		return runtime.Stream[kafka.Change]{}, nil, err

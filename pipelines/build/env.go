@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -59,6 +61,7 @@ type Env struct {
 	tables    map[string]*aggmerge.Table
 	order     []string // table names, sorted
 	exporters []changelogExport
+	ups       upstreams
 
 	// broker starts the embedded broker once, on first use; started holds
 	// it once running.
@@ -75,6 +78,7 @@ func NewEnv(opts Options) *Env {
 		opts.Registerer = prometheus.NewRegistry()
 	}
 	e := &Env{opts: opts, log: opts.Logger, tables: map[string]*aggmerge.Table{}}
+	e.ups.mu.byJob = map[string]map[string]*export.Upstream{}
 	e.broker = sync.OnceValues(func() (*embedded.Broker, error) {
 		b, err := embedded.Start(embedded.Options{Port: opts.EmbeddedPort, DataDir: KafkaDir(opts.DataDir), Logger: opts.Logger})
 		if err != nil {
@@ -93,6 +97,12 @@ func (e *Env) DataDir() string { return e.opts.DataDir }
 // TableDir is where table name lives under a data directory.
 func TableDir(dataDir, name string) string { return filepath.Join(dataDir, "tables", name) }
 
+// VersionsFile is where the versions of table name's changelog are kept
+// under a data directory.
+func VersionsFile(dataDir, name string) string {
+	return filepath.Join(dataDir, "versions", name+".json")
+}
+
 // KafkaDir is where the embedded broker keeps its topics in a data directory.
 func KafkaDir(dataDir string) string { return filepath.Join(dataDir, "kafka") }
 
@@ -103,8 +113,24 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	schemas := map[string]*aggmerge.Schema{}
 	changelogs := map[string]*changelogSpec{}
 	writers := map[string]map[string]bool{} // table -> jobs writing it
+	writerIDs := map[string][]string{}      // table -> ids of the sink subtasks writing it
 	var names []string
+	e.ups.mu.Lock()
+	e.ups.mu.want = map[string]int{}
 	for _, p := range ps {
+		for _, s := range p.Spec.Sources {
+			if s.Kafka != nil && s.Kafka.Format.Changelog() {
+				e.ups.mu.want[p.Spec.Job.Name]++
+			}
+		}
+	}
+	e.ups.mu.Unlock()
+	for _, p := range ps {
+		for i, t := range p.Tables {
+			for k := range p.Spec.Job.Parallelism {
+				writerIDs[t.Spec.Name] = append(writerIDs[t.Spec.Name], fmt.Sprintf("%s/%s#%d", p.Spec.Job.Name, p.Spec.Sinks[i].Name, k))
+			}
+		}
 		for _, t := range p.Tables {
 			name := t.Spec.Name
 			if writers[name] == nil {
@@ -175,6 +201,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 		x, err := export.New(export.Config{Table: t, Name: name, Topic: cl.spec.Topic, Kafka: conn,
 			TransactionalID: id, FormerTransactionalIDs: former,
 			Mode: export.Mode(cl.spec.Mode), Format: export.Format(cl.spec.Format), CheckpointInterval: cl.interval,
+			Writers: writerIDs[name], Upstream: e.upstream, VersionsFile: VersionsFile(e.opts.DataDir, name),
 			Registerer: e.opts.Registerer, Logger: e.log})
 		if err != nil {
 			return fmt.Errorf("table %q: %w", name, err)
@@ -356,10 +383,64 @@ func (e *Env) KafkaConnection(c pipelines.Connection) (kafka.Connection, error) 
 	return cfg, nil
 }
 
-// Close closes the tables and the embedded broker. Call it after every job
-// and RunExporters returned.
+// upstreams are the upstream trackers of the jobs' changelog sources, for
+// the versions of the tables they write.
+type upstreams struct {
+	mu struct {
+		sync.Mutex
+		want  map[string]int                         // job → its changelog sources
+		byJob map[string]map[string]*export.Upstream // job → source → tracker
+	}
+}
+
+// addUpstream records the upstream tracker of a changelog source of job,
+// replacing (and closing) one of an earlier build.
+func (e *Env) addUpstream(job, source string, u *export.Upstream) {
+	e.ups.mu.Lock()
+	defer e.ups.mu.Unlock()
+	if e.ups.mu.byJob[job] == nil {
+		e.ups.mu.byJob[job] = map[string]*export.Upstream{}
+	}
+	if old := e.ups.mu.byJob[job][source]; old != nil {
+		old.Close()
+	}
+	e.ups.mu.byJob[job][source] = u
+}
+
+// upstream is the exporters' export.UpstreamFunc: the upstream versions
+// that job's changelog sources had consumed completely at checkpoint. It
+// cannot tell (ok false) until every changelog source of the job is built.
+func (e *Env) upstream(ctx context.Context, job string, checkpoint uint64) ([]changelogfmt.UpstreamVersion, bool, error) {
+	e.ups.mu.Lock()
+	srcs := slices.Collect(maps.Values(e.ups.mu.byJob[job]))
+	want := e.ups.mu.want[job]
+	e.ups.mu.Unlock()
+	if len(srcs) < want {
+		return nil, false, nil
+	}
+	var out []changelogfmt.UpstreamVersion
+	for _, u := range srcs {
+		ups, ok, err := u.Consumed(ctx, checkpoint)
+		if err != nil || !ok {
+			return nil, false, err
+		}
+		out = append(out, ups...)
+	}
+	return out, true, nil
+}
+
+// Close closes the tables, the upstream trackers and the embedded broker.
+// Call it after every job and RunExporters returned.
 func (e *Env) Close() error {
 	var errs []error
+	e.ups.mu.Lock()
+	for _, srcs := range e.ups.mu.byJob {
+		for _, u := range srcs {
+			u.Close()
+		}
+	}
+	clear(e.ups.mu.byJob)
+	e.ups.mu.Unlock()
 	for _, name := range e.order {
 		errs = append(errs, e.tables[name].Close())
 	}

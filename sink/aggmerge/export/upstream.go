@@ -44,7 +44,8 @@ func newVersionsReader(conn []kgo.Opt, topic string, keep int) (*versionsReader,
 }
 
 // catchUp reads the topic up to its last stable offset as of the call. A
-// topic that does not exist (yet) holds no versions. A version record
+// topic that does not exist (yet), or that the principal may not
+// describe, holds no versions. A version record
 // whose number does not exceed the last one read is ignored (a recreated
 // topic), so the list grows in number.
 func (r *versionsReader) catchUp(ctx context.Context) error {
@@ -52,8 +53,8 @@ func (r *versionsReader) catchUp(ctx context.Context) error {
 	if err == nil {
 		err = ends.Error()
 	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return nil // no versions (yet), or none this principal may read
 	}
 	if err != nil {
 		return fmt.Errorf("read versions %q: list end offsets: %w", r.topic, err)
@@ -197,6 +198,9 @@ func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) ([]changelog
 	}
 	return out, true, nil
 }
+
+// Positions returns the positions it reads.
+func (u *Upstream) Positions() *kafka.Positions { return u.positions }
 
 // Close closes the clients; Consumed fails afterwards.
 func (u *Upstream) Close() {
