@@ -43,7 +43,7 @@ func (x *Exporter) ensureTopic(ctx context.Context, adm *kadm.Client, topic stri
 	if err != nil {
 		return fmt.Errorf("create topic %q with %d partitions: %w", topic, partitions, err)
 	}
-	x.log.Info("topic created", "topic", topic, "partitions", partitions)
+	x.log.Info("topic created", "created", topic, "partitions", partitions)
 	return awaitTopic(ctx, adm, topic)
 }
 

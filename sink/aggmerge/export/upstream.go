@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,6 +17,10 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 )
+
+// upstreamSettle bounds how long Upstream waits for the open transactions
+// of a versions topic to be decided (see versionsReader.catchUp).
+const upstreamSettle = time.Second
 
 // upstreamKept bounds the versions an Upstream keeps per topic: a job more
 // than that many versions behind its upstream is told it consumed none.
@@ -43,15 +48,18 @@ func newVersionsReader(conn []kgo.Opt, topic string, keep int) (*versionsReader,
 	return &versionsReader{topic: topic, cl: cl, adm: kadm.NewClient(cl), keep: keep}, nil
 }
 
-// catchUp reads the topic up to its last stable offset as of the call. A
-// topic that does not exist (yet), or that the principal may not
-// describe, holds no versions. A version record
-// whose number does not exceed the last one read is ignored (a recreated
-// topic), so the list grows in number.
-func (r *versionsReader) catchUp(ctx context.Context) error {
-	ends, err := r.adm.ListCommittedOffsets(ctx, r.topic)
+// catchUp reads the topic up to its last stable offset once every record
+// written before the call is decided: Kafka makes a transaction visible in
+// each partition on its own, so a job may see a transaction's changelog
+// records before its version record, and must wait for the version. The
+// wait is bounded by settle (0: by ctx only); past it catchUp reads what is
+// decided, so a version whose transaction is still open can be missed, not
+// invented. A topic that does not exist (yet), or that the principal may
+// not describe, holds no versions.
+func (r *versionsReader) catchUp(ctx context.Context, settle time.Duration) error {
+	hws, err := r.adm.ListEndOffsets(ctx, r.topic)
 	if err == nil {
-		err = ends.Error()
+		err = hws.Error()
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.TopicAuthorizationFailed) {
 		return nil // no versions (yet), or none this principal may read
@@ -59,7 +67,27 @@ func (r *versionsReader) catchUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read versions %q: list end offsets: %w", r.topic, err)
 	}
-	end, _ := ends.Lookup(r.topic, 0)
+	hw, _ := hws.Lookup(r.topic, 0)
+	deadline := time.Now().Add(settle)
+	var end kadm.ListedOffset
+	for {
+		ends, err := r.adm.ListCommittedOffsets(ctx, r.topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("read versions %q: list stable offsets: %w", r.topic, err)
+		}
+		end, _ = ends.Lookup(r.topic, 0)
+		if end.Offset >= hw.Offset || (settle > 0 && time.Now().After(deadline)) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("read versions %q: %w", r.topic, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	if end.Offset <= r.next {
 		return nil
 	}
@@ -102,7 +130,8 @@ func (r *versionsReader) catchUp(ctx context.Context) error {
 }
 
 // ReadVersions reads a table's versions topic (see Config.VersionsTopic)
-// up to its end as of the call, read_committed, and returns the versions
+// up to its end as of the call (once the transactions open at the call are
+// decided), read_committed, and returns the versions
 // it holds, oldest first. Compaction keeps at least the newest
 // Config.VersionsHistory of them; a reader that joins late gets those.
 func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]Version, error) {
@@ -115,7 +144,7 @@ func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]V
 		return nil, err
 	}
 	defer r.cl.Close()
-	if err := r.catchUp(ctx); err != nil {
+	if err := r.catchUp(ctx, 0); err != nil {
 		return nil, err
 	}
 	return r.list, nil
@@ -131,8 +160,11 @@ func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]V
 //
 // A version is committed with the changelog records it ends at, so once
 // the job has read those records, the version is in the versions topic:
-// Consumed reads it to its end first, and never misses a version the
-// positions cover.
+// Consumed reads it to its end first (waiting up to a second for a
+// transaction whose changelog records are visible before its version
+// record), and so misses no version the positions cover unless the
+// upstream exporter stalls in the middle of a commit; it never names a
+// version they do not cover.
 type Upstream struct {
 	conn            []kgo.Opt
 	positions       *kafka.Positions
@@ -184,7 +216,7 @@ func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) ([]changelog
 			}
 			u.mu.readers[topic] = r
 		}
-		if err := r.catchUp(ctx); err != nil {
+		if err := r.catchUp(ctx, upstreamSettle); err != nil {
 			return nil, false, err
 		}
 		pos := at[topic]

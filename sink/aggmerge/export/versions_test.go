@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -479,8 +480,8 @@ func TestVersionsTwoWriters(t *testing.T) {
 	sameMaps(t, replay(recs, last.EndOffsets), tableJSON(t, tbl))
 }
 
-// TestVersionCommitsWithItsChangelog holds a transaction that carries a
-// version open, before its commit, and reads both topics read_committed
+// TestVersionCommitsWithItsChangelog holds the second transaction that
+// carries a version open, before its commit, and reads both topics read_committed
 // meanwhile: no changelog record may lie past the last committed version
 // (they commit together). Then the transaction fails: its records and its
 // version vanish together, and the next session publishes them again.
@@ -494,7 +495,7 @@ func TestVersionCommitsWithItsChangelog(t *testing.T) {
 	defer tbl.Close()
 	topic := kafkatest.TopicName(t, brokers)
 	cfg := Config{Table: tbl, Name: "totals", Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
-		CheckpointInterval: 50 * time.Millisecond, MaxRecordsPerTxn: 20}
+		CheckpointInterval: 50 * time.Millisecond}
 	cfg.setDefaults()
 	x, err := New(cfg)
 	if err != nil {
@@ -502,22 +503,24 @@ func TestVersionCommitsWithItsChangelog(t *testing.T) {
 	}
 	held, release := make(chan struct{}), make(chan struct{})
 	var inFlight Version
-	var before []int64 // the changelog's committed ends when it began
-	calls := 0         // transactions carrying a version
+	var before []int64    // the changelog's committed ends when it began
+	calls := 0            // transactions carrying a version
+	var later atomic.Bool // a version after the failures is being committed
 	x.failBeforeCommit = func(v *Version) error {
 		if v == nil {
 			return nil
 		}
 		calls++
-		if calls < 5 {
+		later.Store(calls > 4)
+		if calls < 2 {
 			return nil
 		}
-		if calls == 5 {
+		if calls == 2 {
 			inFlight, before = *v, slices.Clone(x.ver.ends)
 			close(held)
 			<-release
 		}
-		if calls <= 6 {
+		if calls <= 3 {
 			return errors.New("injected: the transaction fails before its commit")
 		}
 		return nil
@@ -531,11 +534,16 @@ func TestVersionCommitsWithItsChangelog(t *testing.T) {
 	}
 	jdone := make(chan result, 1)
 	go func() {
-		ck, err := versionJob{name: "v", count: 3000}.runErr(tbl, dir, nil)
+		ck, err := versionJob{name: "v", count: 100_000}.runErr(tbl, dir, later.Load)
 		jdone <- result{ck, err}
 	}()
 
-	<-held
+	select {
+	case <-held:
+	case res := <-jdone:
+		close(release)
+		t.Fatalf("the job ended (%v) before a second version was exported", res.err)
+	}
 	recs := kafkatest.ConsumeAll(t, brokers, topic)
 	vs, err := ReadVersions(context.Background(), cfg.Kafka, cfg.VersionsTopic)
 	if err != nil {

@@ -1,0 +1,232 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
+)
+
+// chainJobs: A totals orders per user (a user's region is fixed), B reads
+// A's changelog and totals the users per region.
+const chainJobs = `
+job: {name: users}
+source:
+  kafka:
+    brokers: [%[1]s]
+    topics: [%[2]s]
+    format: json
+    schema: {user: string, region: string, amount: int64}
+sink:
+  table:
+    name: user_totals
+    primary_key: [user]
+    buckets: 4
+    columns:
+      region: {agg: last_value}
+      total: {agg: sum, from: amount}
+    changelog: {topic: %[3]s}
+checkpoint: {interval: 50ms}
+---
+job: {name: regions, parallelism: 2}
+source:
+  kafka:
+    brokers: [%[1]s]
+    topics: [%[3]s]
+    format: upsert-json
+    schema: {user: string, region: string, total: int64}
+sink:
+  table:
+    name: region_totals
+    primary_key: [region]
+    buckets: 2
+    columns:
+      total: {agg: sum}
+      users: {agg: count}
+    changelog: {topic: %[4]s}
+checkpoint: {interval: 50ms}
+`
+
+// replayTopic reads a changelog (upsert-json) up to a version's end
+// offsets: record key → row.
+func replayTopic(t *testing.T, recs []*kgo.Record, ends []int64) map[string]map[string]any {
+	t.Helper()
+	rows := map[string]map[string]any{}
+	for _, r := range recs {
+		if int(r.Partition) >= len(ends) || r.Offset >= ends[r.Partition] {
+			continue
+		}
+		if r.Value == nil {
+			delete(rows, string(r.Key))
+			continue
+		}
+		var row map[string]any
+		if err := json.Unmarshal(r.Value, &row); err != nil {
+			t.Fatal(err)
+		}
+		rows[string(r.Key)] = row
+	}
+	return rows
+}
+
+// TestChainedVersions runs A → B in one runner (kfake, or the real Kafka
+// of EBBFLOW_KAFKA_BROKERS) while orders arrive. Each version of B names
+// the version of A that B's checkpoint had consumed completely: B's
+// positions at that checkpoint are at or past its end offsets, and not
+// past those of the next version that holds more. At the end B's last version names A's last,
+// and B's content at it is the aggregate of A's content at A's.
+func TestChainedVersions(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	in := kafkatest.NewTopic(t, brokers, 2)
+	aTopic, bTopic := kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers)
+	ps, err := pipelines.Load([]pipelines.File{{Name: "chain.yaml",
+		Data: fmt.Appendf(nil, chainJobs, strings.Join(brokers, ","), in, aTopic, bTopic)}}, pipelines.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEnv(Options{DataDir: t.TempDir(), Logger: testLogger()})
+	if err := e.OpenTables(ps); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exported := make(chan error, 1)
+	go func() { exported <- e.RunExporters(ctx) }()
+	var jobs []*Job
+	var dones []<-chan error
+	for _, p := range ps {
+		j, done := startJob(t, ctx, e, p)
+		jobs, dones = append(jobs, j), append(dones, done)
+	}
+	regions := []string{"eu", "us", "asia"}
+	for batch := range 60 {
+		var recs []*kgo.Record
+		for i := range 40 {
+			u := (batch*7 + i*13) % 50
+			recs = append(recs, &kgo.Record{Topic: in, Value: fmt.Appendf(nil, `{"user":"u%d","region":%q,"amount":%d}`, u, regions[u%3], i%9+1)})
+		}
+		kafkatest.Produce(t, brokers, recs...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Wait until B's versions name A's last version.
+	conn := kafka.Connection{Brokers: brokers}
+	var as, bs []export.Version
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if as, err = export.ReadVersions(ctx, conn, aTopic+".versions"); err != nil {
+			t.Fatal(err)
+		}
+		if bs, err = export.ReadVersions(ctx, conn, bTopic+".versions"); err != nil {
+			t.Fatal(err)
+		}
+		if len(as) > 0 && len(bs) > 0 {
+			up := bs[len(bs)-1].Upstream
+			caught := len(up) == 1 && up[0].Version == as[len(as)-1].Version
+			a, _ := e.Table("user_totals")
+			if caught && e.ExportsCaughtUp() && as[len(as)-1].Writers[0].Checkpoint == a.Writers()[0].Checkpoint {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's versions do not reach A's last: A %d versions, B's last %+v", len(as), bs[len(bs)-1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, j := range jobs {
+		j.Stop()
+	}
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e.ups.mu.Lock()
+	srcs := slices.Collect(maps.Values(e.ups.mu.byJob["regions"]))
+	e.ups.mu.Unlock()
+	if len(srcs) != 1 {
+		t.Fatalf("job regions has %d upstream trackers, want 1", len(srcs))
+	}
+	positions := srcs[0].Positions()
+	byNumber := map[uint64]*export.Version{}
+	for i := range as {
+		byNumber[as[i].Version] = &as[i]
+	}
+	checked := 0
+	for _, v := range bs {
+		at, ok := positions.At(barrier.CheckpointID(v.Writers[0].Checkpoint))
+		if !ok {
+			continue // older than the positions kept
+		}
+		pos := at[aTopic]
+		covers := func(u *export.Version) bool { return u.Covers(func(p int32) int64 { return pos[p] }) }
+		var next *export.Version
+		switch len(v.Upstream) {
+		case 0:
+			next = &as[0]
+		case 1:
+			up := v.Upstream[0]
+			u := byNumber[up.Version]
+			if up.Topic != aTopic || up.Table != "user_totals" || u == nil {
+				t.Fatalf("B's version %d names upstream %+v, not a version of A", v.Version, up)
+			}
+			if !covers(u) {
+				t.Fatalf("B's version %d (checkpoint %d) names A's version %d (ends %v), but B's positions are %v",
+					v.Version, v.Writers[0].Checkpoint, u.Version, u.EndOffsets, pos)
+			}
+			// The next version with other end offsets: one with the
+			// same ends (a checkpoint of A that changed nothing) may be
+			// published after B looked, and holds what u holds.
+			for n := up.Version + 1; byNumber[n] != nil; n++ {
+				if !slices.Equal(byNumber[n].EndOffsets, u.EndOffsets) {
+					next = byNumber[n]
+					break
+				}
+			}
+			checked++
+		default:
+			t.Fatalf("B's version %d names %d upstream versions: %+v", v.Version, len(v.Upstream), v.Upstream)
+		}
+		if next != nil && covers(next) {
+			t.Fatalf("B's version %d (checkpoint %d) names %+v, but B's positions %v cover A's later version %d (ends %v)",
+				v.Version, v.Writers[0].Checkpoint, v.Upstream, pos, next.Version, next.EndOffsets)
+		}
+	}
+	t.Logf("A: %d versions; B: %d versions, %d checked against B's positions", len(as), len(bs), checked)
+	if checked < 5 {
+		t.Fatalf("only %d of B's versions could be checked against its positions", checked)
+	}
+
+	// B's content at its last version is the aggregate of A's at A's last.
+	aRows := replayTopic(t, kafkatest.ConsumeAll(t, brokers, aTopic), as[len(as)-1].EndOffsets)
+	bRows := replayTopic(t, kafkatest.ConsumeAll(t, brokers, bTopic), bs[len(bs)-1].EndOffsets)
+	want := map[string][2]float64{}
+	for _, r := range aRows {
+		s := want[r["region"].(string)]
+		want[r["region"].(string)] = [2]float64{s[0] + r["total"].(float64), s[1] + 1}
+	}
+	got := map[string][2]float64{}
+	for _, r := range bRows {
+		got[r["region"].(string)] = [2]float64{r["total"].(float64), r["users"].(float64)}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("B at version %d: %v; the aggregate of A at version %d: %v", bs[len(bs)-1].Version, got, as[len(as)-1].Version, want)
+	}
+	cancel()
+	if err := <-exported; err != nil {
+		t.Fatal(err)
+	}
+}
