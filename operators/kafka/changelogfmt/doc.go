@@ -14,4 +14,9 @@
 // they share the Entry, the key decoding and the name lookup the exporter,
 // the reader and the YAML builder all go through: split, those would need a
 // third package of their own.
+//
+// version.go holds the table version record of a changelog's versions
+// topic (Version, VersionRecord, DecodeVersion): part of the same
+// contract, written by the exporter and read by whoever follows the
+// changelog.
 package changelogfmt

@@ -41,6 +41,7 @@ func benchSchema() aggmerge.Schema {
 // bucket committed on checkpoint.
 type benchWriter struct {
 	tbl    *aggmerge.Table
+	w      aggmerge.Writer
 	b      *aggmerge.Batch
 	commit []uint64
 	ckpt   uint64
@@ -56,7 +57,7 @@ func newBenchWriter(b *testing.B, tbl *aggmerge.Table) *benchWriter {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchWriter{tbl: tbl, b: batch, commit: make([]uint64, tbl.Schema().Buckets)}
+	return &benchWriter{tbl: tbl, w: aggmerge.Writer{ID: "bench/sink#0", Epoch: epoch}, b: batch, commit: make([]uint64, tbl.Schema().Buckets)}
 }
 
 // write applies n writes over 10,000 users, stamped with the current time.
@@ -75,8 +76,9 @@ func (w *benchWriter) write(b *testing.B, n int) {
 	w.b.Reset()
 }
 
-// checkpoint syncs and appends a commit marker per bucket, as the writer
-// does when a checkpoint completes.
+// checkpoint syncs, appends a commit marker per bucket and records the
+// checkpoint, as the writer does when a checkpoint completes (a version
+// is then due).
 func (w *benchWriter) checkpoint(b *testing.B) {
 	if err := w.tbl.Sync(); err != nil {
 		b.Fatal(err)
@@ -94,6 +96,31 @@ func (w *benchWriter) checkpoint(b *testing.B) {
 		b.Fatal(err)
 	}
 	w.b.Reset()
+	if err := w.tbl.RecordCheckpoint(w.w, w.ckpt); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchVariant is a mode of the exporter, with or without versions.
+type benchVariant struct {
+	name       string
+	mode       Mode
+	noVersions bool
+}
+
+// benchVariants: committed with versions (the default), committed without
+// (what publishing versions costs), uncommitted.
+var benchVariants = []benchVariant{
+	{"committed", Committed, false}, {"committed-no-versions", Committed, true}, {"uncommitted", Uncommitted, false},
+}
+
+// check fails the benchmark when the variant should have published a
+// version and did not (or the other way round).
+func (v benchVariant) check(b *testing.B, x *Exporter) {
+	want := v.mode == Committed && !v.noVersions
+	if _, got := x.LastVersion(); got != want {
+		b.Fatalf("%s: a version published: %v, want %v", v.name, got, want)
+	}
 }
 
 // BenchmarkExport measures export throughput: a table preloaded with
@@ -119,13 +146,14 @@ func BenchmarkExport(b *testing.B) {
 	for _, e := range tbl.LogEnds() {
 		entries += e
 	}
-	for _, mode := range []Mode{Committed, Uncommitted} {
-		b.Run(string(mode), func(b *testing.B) {
+	for _, v := range benchVariants {
+		b.Run(v.name, func(b *testing.B) {
 			var records float64
 			for b.Loop() {
 				topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
 				reg := prometheus.NewRegistry()
-				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: mode, Registerer: reg})
+				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: v.mode,
+					NoVersions: v.noVersions, Registerer: reg})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -139,6 +167,7 @@ func BenchmarkExport(b *testing.B) {
 				if err := <-done; err != nil {
 					b.Fatal(err)
 				}
+				v.check(b, x)
 				records += counter(b, reg, "ebbflow_export_records_total")
 			}
 			b.ReportMetric(float64(entries)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
@@ -155,11 +184,11 @@ func BenchmarkExport(b *testing.B) {
 //	go test -run XXX -bench Visibility -benchtime 1x ./sink/aggmerge/export/
 func BenchmarkVisibility(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
-	for _, mode := range []Mode{Committed, Uncommitted} {
-		b.Run(string(mode), func(b *testing.B) {
+	for _, v := range benchVariants {
+		b.Run(v.name, func(b *testing.B) {
 			var lat []time.Duration
 			for b.Loop() {
-				lat = append(lat, visibility(b, brokers, mode)...)
+				lat = append(lat, visibility(b, brokers, v)...)
 			}
 			slices.Sort(lat)
 			q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
@@ -171,15 +200,15 @@ func BenchmarkVisibility(b *testing.B) {
 	}
 }
 
-func visibility(b *testing.B, brokers []string, mode Mode) []time.Duration {
+func visibility(b *testing.B, brokers []string, v benchVariant) []time.Duration {
 	tbl, err := aggmerge.Open(b.TempDir(), benchSchema(), aggmerge.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tbl.Close()
 	topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
-	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: mode,
-		CheckpointInterval: *benchCkpt})
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: v.mode,
+		NoVersions: v.noVersions, CheckpointInterval: *benchCkpt})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -233,6 +262,7 @@ func visibility(b *testing.B, brokers []string, mode Mode) []time.Duration {
 	for !slices.Equal(x.Exported(), tbl.LogEnds()) {
 		time.Sleep(time.Millisecond)
 	}
+	v.check(b, x)
 	time.Sleep(200 * time.Millisecond) // let the consumer catch up
 	ccancel()
 	lat = <-got

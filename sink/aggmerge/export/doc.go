@@ -85,6 +85,25 @@
 // updates, flagged undo, checkpoint = the restored one. A consumer that
 // applies the topic still ends equal to the table.
 //
+// # Versions
+//
+// In committed mode (unless Config.NoVersions) the exporter also publishes
+// the table's versions (changelogfmt.Version) to a compacted topic of one
+// partition (Config.VersionsTopic, "<Topic>.versions"), each in the
+// transaction whose changelog records it ends at: produced after them (their
+// offsets are its end offsets), committed with them. At the start of each
+// round it reads the writers' registrations (currentWriters: per writer
+// group, the checkpoint all its listed writers committed), then the log
+// ends; after the selection, if every bucket was scanned to its end and its
+// last marker passed, no group has a marker of a later checkpoint, no undo
+// is under way, and the registrations did not change meanwhile
+// (versionPoint), the export holds exactly those checkpoints and a version
+// is due, with the upstream versions Config.Upstream gives (Upstream, from
+// the jobs' source positions and the upstream versions topics). Numbers
+// continue from the last version in the topic or Config.VersionsFile. A
+// version equal to the last is not published. ReadVersions reads a
+// versions topic.
+//
 // # Retention
 //
 // The exporter holds the table's log (Table.Hold, holder = its
@@ -112,6 +131,8 @@
 //
 // Files: exporter.go (Run, sessions, transactions), select.go (committed
 // and uncommitted selection, masks), resume.go (topic check, reading the
-// last committed records), format.go and records.go (JSON rows, headers),
-// consume.go (the reader), config.go, metrics.go.
+// last committed records), versions.go (version points, numbers, the data
+// dir's file), upstream.go (reading versions topics, Upstream),
+// format.go and records.go (JSON rows, headers), consume.go (the reader),
+// config.go, metrics.go.
 package export
