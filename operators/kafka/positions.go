@@ -9,7 +9,7 @@ import (
 )
 
 // maxPositions bounds the checkpoints whose positions a Positions keeps.
-const maxPositions = 64
+const maxPositions = 256
 
 // Positions records where a source had read every partition at each
 // checkpoint of its job: the offset of the next record to hand out, per
@@ -17,7 +17,7 @@ const maxPositions = 64
 // Config.Positions; every subtask records its partitions at each Snapshot,
 // and on restore the restored checkpoint's positions (all subtasks', from
 // the checkpoint) replace what was recorded after it. It keeps the newest
-// 64 checkpoints. A reader of ebbflow changelogs uses it to tell which
+// 256 checkpoints. A reader of ebbflow changelogs uses it to tell which
 // upstream versions a checkpoint consumed completely
 // (sink/aggmerge/export.Upstream).
 type Positions struct {
@@ -37,7 +37,7 @@ func NewPositions() *Positions {
 // At returns the positions at checkpoint id: topic → partition → next
 // offset (0 for a partition that has handed out nothing from its earliest
 // offset). ok is false when id was not recorded in this process (or is
-// older than the newest 64).
+// older than the newest 256).
 func (p *Positions) At(id barrier.CheckpointID) (map[string]map[int32]int64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
