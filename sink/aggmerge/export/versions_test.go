@@ -18,6 +18,7 @@ import (
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -242,6 +243,55 @@ func checkCut(t *testing.T, what string, rows map[string]string, cols []string) 
 	}
 }
 
+// checkWriterCuts checks, from the table's log, that version v holds
+// exactly its writers' checkpoints: in every partition, each exported
+// change of a writer group lies before v's end offset if the group's
+// commit markers up to v's checkpoint cover it, after it if not. The log
+// is read up to its first rollback marker: v must come before any undo
+// (after a restore of an older checkpoint, checkpoint ids are reused).
+func checkWriterCuts(t *testing.T, tbl *aggmerge.Table, recs []*kgo.Record, v Version) {
+	t.Helper()
+	for b := range tbl.Schema().Buckets {
+		writerOf := map[uint64]string{} // log offset → writer group
+		covered := map[string]uint64{}  // writer group → end of its markers up to its checkpoint
+		err := tbl.ReadLog(b, 0, func(e *aggmerge.Entry) error {
+			if e.Op == aggmerge.MarkerEntry && e.Marker.Kind == aggmerge.MarkerRollback {
+				return errStop
+			}
+			g := group(e.Writer.ID)
+			writerOf[e.Offset] = g
+			if e.Op == aggmerge.MarkerEntry && e.Marker.Kind == aggmerge.MarkerCommit {
+				for _, w := range v.Writers {
+					if w.Writer == g && e.Marker.Checkpoint <= w.Checkpoint {
+						covered[g] = max(covered[g], e.Marker.To)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if int(r.Partition) != b {
+				continue
+			}
+			lo, _ := uintHeader(r, HeaderOffset)
+			g, ok := writerOf[lo]
+			if !ok {
+				continue // after the first rollback
+			}
+			if _, ok := covered[g]; !ok && !slices.ContainsFunc(v.Writers, func(w changelogfmt.WriterCheckpoint) bool { return w.Writer == g }) {
+				continue
+			}
+			if in := r.Offset < v.EndOffsets[b]; in != (lo < covered[g]) {
+				t.Fatalf("version %d (%+v): partition %d record %d (log offset %d, writer %s) is inside the version: %v, but the writer's markers up to its checkpoint end at %d",
+					v.Version, v.Writers, b, r.Offset, lo, g, in, covered[g])
+			}
+		}
+	}
+}
+
 // retained lists the retained checkpoints of job under dir.
 func retained(t *testing.T, dir, job string) []uint64 {
 	t.Helper()
@@ -331,6 +381,9 @@ func TestVersionsFollowCheckpoints(t *testing.T) {
 	}
 	for _, v := range vs {
 		checkCut(t, fmt.Sprintf("version %d", v.Version), replay(recs, v.EndOffsets), []string{"total", "n", "top", "last"})
+		if v.Version <= full.Version {
+			checkWriterCuts(t, tbl, recs, v)
+		}
 	}
 	sameMaps(t, replay(recs, back.EndOffsets), replay(recs, old.EndOffsets))
 	sameMaps(t, replay(recs, back.EndOffsets), tableJSON(t, tbl))
@@ -422,11 +475,11 @@ func TestVersionsTwoWriters(t *testing.T) {
 		}
 		waitVersion(t, x, cks)
 	}
-	a.count, b.count = 1000, 1000
+	a.count, b.count = 3000, 3000
 	phase(a, b)
-	a.count = 4000
+	a.count = 6000
 	phase(a)
-	b.count = 4000
+	b.count = 6000
 	phase(b)
 	last := waitVersion(t, x, cks)
 	if err := stopX(); err != nil {
@@ -457,6 +510,7 @@ func TestVersionsTwoWriters(t *testing.T) {
 				moved["b"]++
 			}
 		}
+		checkWriterCuts(t, tbl, recs, v)
 		rows := replay(recs, v.EndOffsets)
 		for i, j := range []versionJob{a, b} {
 			only := map[string]string{}
