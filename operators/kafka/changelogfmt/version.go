@@ -63,7 +63,8 @@ type Version struct {
 	// version of it they had consumed completely at their checkpoint.
 	Upstream []UpstreamVersion `json:"upstream"`
 	// EventTimeMs is the newest source event time the version covers, in
-	// milliseconds since the epoch: 0 until ebbflow has event time.
+	// milliseconds since the epoch: 0 for now (the sources' event time
+	// does not reach the exporter yet).
 	EventTimeMs int64 `json:"event_time_ms"`
 	// CommitTime is when the exporter wrote the version, just before it
 	// committed the transaction.
