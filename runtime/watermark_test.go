@@ -282,7 +282,11 @@ func watermarkGauge(t *testing.T, reg *prometheus.Registry, op string, sub int) 
 // behind, the watermark does not go back, and the subtask counts again once
 // it caught up.
 func TestWatermarkIdleInputAndReactivation(t *testing.T) {
-	f, p := newFeed(2, 100*time.Millisecond), &probe{}
+	// The idle timeout is long next to the heartbeats (every 2 ms): a
+	// subtask with a heartbeat must not go idle because a loaded machine did
+	// not schedule it for a while (it would come back behind and rightly not
+	// count, and the minimum at the end would not be reached).
+	f, p := newFeed(2, time.Second), &probe{}
 	p.shared = p
 	f.beat[0].Store(true) // subtask 0 stays active
 	j, _, stop := feedJob(t, f, p)
