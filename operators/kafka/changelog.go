@@ -7,7 +7,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ChangeOp says what a decoded changelog record does.
+// ChangeOp says what a decoded changelog record does. It is not a row kind:
+// a record is one change (an update with both images, an upsert whose old
+// row is not known yet, a tombstone that changes nothing); Change.Rows turns
+// it into the rows it makes, of runtime.RowKind, the one row kind.
 type ChangeOp uint8
 
 // The changelog operations.

@@ -5,37 +5,23 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
 )
 
-// ChangeOp is the kind of a log entry.
-type ChangeOp uint8
+// ChangeOp is the kind of a log entry: a row kind (+I, -U, +U, -D), the
+// same type as runtime.RowKind, or MarkerEntry.
+type ChangeOp = base.RowKind
 
 // The log entry kinds.
 const (
-	Insert       ChangeOp = iota + 1 // +I: a new row
-	UpdateBefore                     // -U: the row before an update
-	UpdateAfter                      // +U: the row after an update
-	Delete                           // -D: a removed row
-	MarkerEntry                      // a commit or rollback marker
+	Insert       = base.Insert       // +I: a new row
+	UpdateBefore = base.UpdateBefore // -U: the row before an update
+	UpdateAfter  = base.UpdateAfter  // +U: the row after an update
+	Delete       = base.Delete       // -D: a removed row
+	MarkerEntry  = base.Marker       // a commit or rollback marker
 )
-
-func (o ChangeOp) String() string {
-	switch o {
-	case Insert:
-		return "+I"
-	case UpdateBefore:
-		return "-U"
-	case UpdateAfter:
-		return "+U"
-	case Delete:
-		return "-D"
-	case MarkerEntry:
-		return "marker"
-	}
-	return fmt.Sprintf("op(%d)", uint8(o))
-}
 
 // Entry is one log entry. Before and After are the full value columns of
 // the row before and after the change (nil where there is no row); an

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/internal/jsonenc"
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // DebeziumJSON is the Debezium JSON envelope. Written: key as in
@@ -35,18 +36,18 @@ func (debeziumJSON) Envelope() bool { return true }
 
 func (debeziumJSON) Append(dst []*kgo.Record, e *Entry) []*kgo.Record {
 	dst = append(dst, &kgo.Record{Key: e.Key, Value: appendEnvelope(nil, e)})
-	if e.Op == kafka.ChangeDelete {
+	if e.Op == runtime.RowDelete {
 		dst = append(dst, &kgo.Record{Key: e.Key})
 	}
 	return dst
 }
 
 // debeziumOp is the Debezium op code of an exported change.
-func debeziumOp(op kafka.ChangeOp) string {
+func debeziumOp(op runtime.RowKind) string {
 	switch op {
-	case kafka.ChangeInsert:
+	case runtime.RowInsert:
 		return "c"
-	case kafka.ChangeDelete:
+	case runtime.RowDelete:
 		return "d"
 	}
 	return "u"

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // The format names, as configured (export.Config.Format, a YAML source's
@@ -50,8 +51,9 @@ func Lookup(name string) (Format, error) {
 
 // Entry is one change as the exporter writes it.
 type Entry struct {
-	// Op is kafka.ChangeInsert, kafka.ChangeUpdate or kafka.ChangeDelete.
-	Op kafka.ChangeOp
+	// Op is runtime.RowInsert, runtime.RowUpdateAfter (an update: the +U
+	// carries both images, its -U is not written) or runtime.RowDelete.
+	Op runtime.RowKind
 	// Key is the primary key as a JSON object: the record key.
 	Key []byte
 	// Before and After are the full rows (key and value columns) as JSON

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // TestRoundTrip encodes an insert, an update and a delete in each format,
 // decodes the records and normalizes them as a reader does, and gets the
-// same changes back: op, key and both images.
+// same rows back: kind, key and image (an update's -U with its
+// before-image, then its +U).
 func TestRoundTrip(t *testing.T) {
 	key := []byte(`{"user":"ada \"the\" first"}`)
 	v1 := []byte(`{"user":"ada \"the\" first","total":1,"tags":["a","b"]}`)
@@ -19,16 +21,18 @@ func TestRoundTrip(t *testing.T) {
 	src := Source{Table: "orders", Bucket: 3, LogOffset: 7, Checkpoint: 2}
 	at := time.UnixMilli(1_735_776_000_123)
 	entries := []Entry{
-		{Op: kafka.ChangeInsert, Key: key, After: v1, Source: src, Time: at},
-		{Op: kafka.ChangeUpdate, Key: key, Before: v1, After: v2, Source: src, Time: at},
-		{Op: kafka.ChangeDelete, Key: key, Before: v2, Source: src, Time: at},
+		{Op: runtime.RowInsert, Key: key, After: v1, Source: src, Time: at},
+		{Op: runtime.RowUpdateAfter, Key: key, Before: v1, After: v2, Source: src, Time: at},
+		{Op: runtime.RowDelete, Key: key, Before: v2, Source: src, Time: at},
 	}
-	show := func(op kafka.ChangeOp, key, before, after string) string {
-		return fmt.Sprintf("%s key=%s before=%s after=%s", op, key, before, after)
+	show := func(k runtime.RowKind, key, row string) string {
+		return fmt.Sprintf("%s key=%s row=%s", k, key, row)
 	}
-	var want []string
-	for _, e := range entries {
-		want = append(want, show(e.Op, string(e.Key), orEmpty(e.Before), orEmpty(e.After)))
+	want := []string{
+		show(runtime.RowInsert, string(key), string(v1)),
+		show(runtime.RowUpdateBefore, string(key), string(v1)),
+		show(runtime.RowUpdateAfter, string(key), string(v2)),
+		show(runtime.RowDelete, string(key), string(v2)),
 	}
 	for _, f := range formats {
 		t.Run(f.Name(), func(t *testing.T) {
@@ -41,8 +45,15 @@ func TestRoundTrip(t *testing.T) {
 					if err != nil {
 						t.Fatalf("decode %s / %s: %v", r.Key, r.Value, err)
 					}
-					if c, ok := n.Normalize(c); ok {
-						got = append(got, show(c.Op, c.Key.String(), rowOrEmpty(c.Before), rowOrEmpty(c.After)))
+					c, ok := n.Normalize(c)
+					if !ok {
+						continue
+					}
+					if err := c.Rows(func(k runtime.RowKind, row kafka.Row) error {
+						got = append(got, show(k, c.Key.String(), row.String()))
+						return nil
+					}); err != nil {
+						t.Fatal(err)
 					}
 				}
 			}
@@ -51,20 +62,6 @@ func TestRoundTrip(t *testing.T) {
 			}
 		})
 	}
-}
-
-func orEmpty(b []byte) string {
-	if b == nil {
-		return "-"
-	}
-	return string(b)
-}
-
-func rowOrEmpty(r kafka.Row) string {
-	if r.Len() == 0 {
-		return "-"
-	}
-	return r.String()
 }
 
 // TestLookup finds every format by its name and refuses another.

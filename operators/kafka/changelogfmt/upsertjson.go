@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
 )
 
 // UpsertJSON is the Kafka Streams, ksqlDB and Flink upsert-kafka
@@ -27,7 +28,7 @@ func (upsertJSON) Envelope() bool { return false }
 
 func (upsertJSON) Append(dst []*kgo.Record, e *Entry) []*kgo.Record {
 	r := &kgo.Record{Key: e.Key}
-	if e.Op != kafka.ChangeDelete {
+	if e.Op != runtime.RowDelete {
 		r.Value = e.After
 	}
 	return append(dst, r)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 )
@@ -27,7 +26,7 @@ type encoder struct {
 // with the same headers.
 func (e *encoder) records(dst []*kgo.Record, bucket int, c *change) []*kgo.Record {
 	s := &e.schema
-	en := changelogfmt.Entry{Op: entryOp(c.op), Key: appendKey(nil, s, c.key)}
+	en := changelogfmt.Entry{Op: c.op, Key: appendKey(nil, s, c.key)}
 	if c.after != nil {
 		en.After = appendRow(nil, s, c.key, c.after)
 	}
@@ -45,17 +44,6 @@ func (e *encoder) records(dst []*kgo.Record, bucket int, c *change) []*kgo.Recor
 		r.Topic, r.Partition, r.Headers = e.topic, int32(bucket), headers
 	}
 	return dst
-}
-
-// entryOp is the changelogfmt op of an exported change.
-func entryOp(op aggmerge.ChangeOp) kafka.ChangeOp {
-	switch op {
-	case aggmerge.Insert:
-		return kafka.ChangeInsert
-	case aggmerge.Delete:
-		return kafka.ChangeDelete
-	}
-	return kafka.ChangeUpdate
 }
 
 func (e *encoder) headers(bucket int, c *change) []kgo.RecordHeader {
