@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -227,7 +226,7 @@ func lostStateHelp(err error, dataDir string) error {
 	if !errors.As(err, &lost) {
 		return err
 	}
-	job, _, _ := strings.Cut(lost.Sink, "/")
+	job := lost.Job
 	table := filepath.Base(lost.Table)
 	restore := fmt.Sprintf("restore the job's checkpoints (in %s) and run without --from-checkpoint none", build.CheckpointDir(dataDir, job))
 	if lost.RestoredOK {

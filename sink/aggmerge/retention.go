@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
 )
 
@@ -19,14 +20,13 @@ import (
 
 const metaHoldPrefix = "hold/"
 
-// HolderOf is the retention holder of a writer id: the part before its last
-// '#', so every subtask of one sink shares one holder whatever the
-// parallelism ("job/sink#3" → "job/sink").
+// HolderOf is the retention holder of a writer id: its group, the part
+// before its last '#', so every subtask of one sink shares one holder
+// whatever the parallelism ("job/sink#3" → "job/sink"); an id without '#'
+// is its own holder.
 func HolderOf(writer string) string {
-	if i := strings.LastIndexByte(writer, '#'); i >= 0 {
-		return writer[:i]
-	}
-	return writer
+	g, _ := base.GroupOf(writer)
+	return g
 }
 
 // Hold records that holder needs the log of each given bucket from the given

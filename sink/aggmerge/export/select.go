@@ -3,8 +3,8 @@ package export
 import (
 	"errors"
 	"slices"
-	"strings"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -67,10 +67,8 @@ type marker struct {
 // and markers are matched by "<job>/<sink>". An id without '#' is its own
 // group.
 func group(writer string) string {
-	if i := strings.LastIndexByte(writer, '#'); i >= 0 {
-		return writer[:i]
-	}
-	return writer
+	g, _ := base.GroupOf(writer)
+	return g
 }
 
 // decision is the fate of one entry in committed mode.

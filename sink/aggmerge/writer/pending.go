@@ -3,6 +3,7 @@ package writer
 import (
 	"fmt"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/state"
 )
@@ -19,7 +20,8 @@ func Pending(t *aggmerge.Table, job, sink string, op state.OperatorSnapshot) (ma
 		items = append(items, st.Unions[stateList]...)
 	}
 	buckets := t.Schema().Buckets
-	base, err := mergeBaselines(items, t.Dir(), t.ID().String(), job+"/"+sink, buckets)
+	group := base.WriterID{Job: job, Sink: sink}.Group()
+	baselines, err := mergeBaselines(items, t.Dir(), t.ID().String(), group, buckets)
 	if err != nil {
 		return nil, err
 	}
@@ -29,15 +31,15 @@ func Pending(t *aggmerge.Table, job, sink string, op state.OperatorSnapshot) (ma
 		if err != nil {
 			return nil, err
 		}
-		if base[b] > end {
-			return nil, fmt.Errorf("table %s bucket %d: %w: baseline %d, log end %d", t.Dir(), b, aggmerge.ErrBeyondLogEnd, base[b], end)
+		if baselines[b] > end {
+			return nil, fmt.Errorf("table %s bucket %d: %w: baseline %d, log end %d", t.Dir(), b, aggmerge.ErrBeyondLogEnd, baselines[b], end)
 		}
-		if base[b] == end {
+		if baselines[b] == end {
 			continue
 		}
-		p, err := planUndo(t, b, base[b], end, job+"/"+sink+"#", nil)
+		p, err := planUndo(t, b, baselines[b], end, group, nil)
 		if err != nil {
-			return nil, fmt.Errorf("table %s bucket %d from %d to %d: %w", t.Dir(), b, base[b], end, err)
+			return nil, fmt.Errorf("table %s bucket %d from %d to %d: %w", t.Dir(), b, baselines[b], end, err)
 		}
 		if len(p.keys) > 0 {
 			out[b] = len(p.keys)

@@ -5,32 +5,42 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
-// writersOf returns the registrations of sink <job>/<name>'s writers (ids
-// "<job>/<name>#<subtask>"), of any subtask and parallelism.
-func writersOf(t *aggmerge.Table, job, prefix string) []aggmerge.Registration {
+// writersOf returns the registrations of the writers of sink's group (any
+// subtask and parallelism): those of its job whose ids parse as the
+// group's.
+func writersOf(t *aggmerge.Table, sink base.WriterID) []aggmerge.Registration {
+	group := sink.Group()
 	var out []aggmerge.Registration
 	for _, r := range t.Writers() {
-		if r.Job == job && strings.HasPrefix(r.Writer, prefix) {
+		if id, err := base.ParseWriterID(r.Writer); err == nil && r.Job == sink.Job && id.Group() == group {
 			out = append(out, r)
 		}
 	}
 	return out
 }
 
+// ofGroup reports whether a log entry's writer id is of group, a sink's
+// "<job>/<sink>": written by any subtask, at any parallelism, of the sink.
+func ofGroup(id, group string) bool {
+	g, ok := base.GroupOf(id)
+	return ok && g == group
+}
+
 // lostState returns the refusal of a start without state when writers of
 // the sink have written to the table, else nil.
-func lostState(t *aggmerge.Table, job, prefix string) *LostStateError {
+func lostState(t *aggmerge.Table, sink base.WriterID) *LostStateError {
 	var lost *LostStateError
-	for _, r := range writersOf(t, job, prefix) {
+	for _, r := range writersOf(t, sink) {
 		if !r.Wrote {
 			continue
 		}
 		if lost == nil {
-			lost = &LostStateError{Table: t.Dir(), Sink: strings.TrimSuffix(prefix, "#")}
+			lost = &LostStateError{Table: t.Dir(), Job: sink.Job, Sink: sink.Group()}
 		}
 		lost.Writers = append(lost.Writers, r.Writer)
 		if r.Committed && (!lost.Committed || r.Checkpoint > lost.Checkpoint) {
@@ -60,7 +70,7 @@ type ResetResult struct {
 // run it again. Call it while the sink's job does not run.
 func Reset(t *aggmerge.Table, job, name string) (ResetResult, error) {
 	var res ResetResult
-	regs := writersOf(t, job, job+"/"+name+"#")
+	regs := writersOf(t, base.WriterID{Job: job, Sink: name})
 	done := map[string]bool{} // column sets cleared
 	for _, r := range regs {
 		res.Writers = append(res.Writers, r.Writer)

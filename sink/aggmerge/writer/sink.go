@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/state"
@@ -125,23 +125,23 @@ func (c *Config) needsUndo() bool {
 
 // sink is one subtask of the writer.
 type sink struct {
-	cfg    Config
-	table  *aggmerge.Table
-	ctx    *runtime.Context
-	prefix string // writer ids of every subtask of this sink start with it
-	w      aggmerge.Writer
-	owned  []int
-	batch  *aggmerge.Batch // filled by Write
-	spare  *aggmerge.Batch // empty, for Write while batch is applied
-	comb   *combiner       // nil when combining is off
-	timer  bool            // a flush timer is set
+	cfg   Config
+	table *aggmerge.Table
+	ctx   *runtime.Context
+	id    base.WriterID // this subtask's identity; its Group is the sink's
+	w     aggmerge.Writer
+	owned []int
+	batch *aggmerge.Batch // filled by Write
+	spare *aggmerge.Batch // empty, for Write while batch is applied
+	comb  *combiner       // nil when combining is off
+	timer bool            // a flush timer is set
 
-	// snapshots maps a checkpoint not yet known complete to the baselines
+	// snapshots maps a checkpoint not yet known complete to the base
 	// it saved; committed is, per owned bucket, where the last commit
 	// marker ended.
 	snapshots map[barrier.CheckpointID]map[int]uint64
 	committed map[int]uint64
-	// window holds the baselines of the retained completed checkpoints,
+	// window holds the base of the retained completed checkpoints,
 	// oldest first: the log must be kept from window[0] on.
 	window []map[int]uint64
 	// applying receives the outcome of the flush being applied to the table
@@ -159,8 +159,8 @@ func newSink(cfg Config) *sink {
 func (s *sink) Open(ctx *runtime.Context) error {
 	s.ctx = ctx
 	t := s.table
-	s.prefix = ctx.Job + "/" + ctx.Operator + "#"
-	s.w.ID = s.prefix + strconv.Itoa(ctx.Subtask)
+	s.id = base.WriterID{Job: ctx.Job, Sink: ctx.Operator, Subtask: ctx.Subtask}
+	s.w.ID = s.id.String()
 	epoch, err := t.Register(ctx.Job, s.w.ID, s.cfg.Columns)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
@@ -185,16 +185,16 @@ func (s *sink) Open(ctx *runtime.Context) error {
 	if len(items) == 0 {
 		return s.startAfresh()
 	}
-	base, err := mergeBaselines(items, t.Dir(), t.ID().String(), s.sinkName(), buckets)
+	baselines, err := mergeBaselines(items, t.Dir(), t.ID().String(), s.id.Group(), buckets)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
-	if err := s.recover(base); err != nil {
+	if err := s.recover(baselines); err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
-	s.window = []map[int]uint64{mergeHolds(items, base)}
+	s.window = []map[int]uint64{mergeHolds(items, baselines)}
 	for _, b := range s.owned {
-		s.committed[b] = base[b]
+		s.committed[b] = baselines[b]
 	}
 	return nil
 }
@@ -207,7 +207,7 @@ func (s *sink) Open(ctx *runtime.Context) error {
 // count again on top of it, so the start is refused (LostStateError).
 func (s *sink) startAfresh() error {
 	t := s.table
-	if lost := lostState(t, s.ctx.Job, s.prefix); lost != nil {
+	if lost := lostState(t, s.id); lost != nil {
 		lost.Restored, lost.RestoredOK = uint64(s.ctx.Restored), s.ctx.RestoredOK
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, lost)
 	}
@@ -216,12 +216,10 @@ func (s *sink) startAfresh() error {
 		s.committed[b] = ends[b]
 	}
 	if s.ctx.RestoredOK {
-		s.ctx.Logger.Info("sink new since the restored checkpoint: nothing to undo", "table", t.Dir(), "sink", s.sinkName(), "checkpoint", s.ctx.Restored)
+		s.ctx.Logger.Info("sink new since the restored checkpoint: nothing to undo", "table", t.Dir(), "sink", s.id.Group(), "checkpoint", s.ctx.Restored)
 	}
 	return nil
 }
-
-func (s *sink) sinkName() string { return s.ctx.Job + "/" + s.ctx.Operator }
 
 // recover undoes, in every owned bucket, what this sink wrote past its
 // baseline, then marks the restored checkpoint committed.
@@ -254,7 +252,7 @@ func (s *sink) recover(base map[int]uint64) error {
 	}
 	for i, b := range s.owned {
 		if end := ends[b]; undo && base[b] < end {
-			p, err := planUndo(t, b, base[b], end, s.prefix, cols)
+			p, err := planUndo(t, b, base[b], end, s.id.Group(), cols)
 			if err != nil {
 				return fmt.Errorf("undo table %s bucket %d from %d to %d: %w", t.Dir(), b, base[b], end, err)
 			}
@@ -417,7 +415,7 @@ func (s *sink) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
 		hold = s.window[0]
 	}
 	item, err := snapshotState{Version: stateVersion, Table: s.table.Dir(), TableID: s.table.ID().String(),
-		Sink: s.sinkName(), Subtask: s.ctx.Subtask, Parallelism: s.ctx.Parallelism,
+		Sink: s.id.Group(), Subtask: s.ctx.Subtask, Parallelism: s.ctx.Parallelism,
 		Buckets: s.table.Schema().Buckets, Baselines: base, Hold: owned(hold, s.owned)}.encode()
 	if err != nil {
 		return state.OperatorState{}, err

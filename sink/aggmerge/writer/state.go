@@ -19,6 +19,7 @@ var ErrState = errors.New("aggmerge writer: state not restorable")
 // again on top of them. It wraps ErrState.
 type LostStateError struct {
 	Table string // the table's directory
+	Job   string // the sink's job
 	Sink  string // <job>/<sink>
 	// Writers are the sink's writers that have written to the table;
 	// Checkpoint is the newest checkpoint one of them committed, if

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -21,10 +20,10 @@ type undoPlan struct {
 }
 
 // planUndo scans bucket's log from baseline to end and keeps, for each key,
-// the first entry written by a writer whose id starts with prefix (any
-// subtask and epoch of this sink). cols are the sink's value columns (table
+// the first entry written by a writer of group, the sink's "<job>/<sink>"
+// (any subtask and epoch of it). cols are the sink's value columns (table
 // indexes).
-func planUndo(t *aggmerge.Table, bucket int, baseline, end uint64, prefix string, cols []int) (undoPlan, error) {
+func planUndo(t *aggmerge.Table, bucket int, baseline, end uint64, group string, cols []int) (undoPlan, error) {
 	p := undoPlan{bucket: bucket, from: baseline, to: end}
 	if baseline == end {
 		return p, nil
@@ -40,7 +39,7 @@ func planUndo(t *aggmerge.Table, bucket int, baseline, end uint64, prefix string
 		// A +U comes right after its -U, which decided already (unless the
 		// range starts between them).
 		skip := e.Op == aggmerge.MarkerEntry || e.Op == aggmerge.UpdateAfter && e.Offset > baseline
-		if skip || !strings.HasPrefix(e.Writer.ID, prefix) {
+		if skip || !ofGroup(e.Writer.ID, group) {
 			return nil
 		}
 		var err error

@@ -101,7 +101,7 @@ func BenchmarkUndo(b *testing.B) {
 					base := decodeBaselines(b, st.Unions[stateList])
 					start = time.Now()
 					for bk, end := range ends {
-						if _, err := planUndo(tbl, bk, base[bk], end, "jobA/table#", []int{0, 1, 2}); err != nil {
+						if _, err := planUndo(tbl, bk, base[bk], end, "jobA/table", []int{0, 1, 2}); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -163,7 +163,7 @@ func (m *undoModel) undo(i int, base []uint64, crashAfter int) {
 		if from == end {
 			continue
 		}
-		p, err := planUndo(tbl, b, from, end, "jobA/sink#", cols)
+		p, err := planUndo(tbl, b, from, end, "jobA/sink", cols)
 		if err != nil {
 			m.t.Fatal(err)
 		}

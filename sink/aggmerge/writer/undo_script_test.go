@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -23,11 +24,11 @@ import (
 //
 //	table buckets=<n> cols=<name>:<func>[:int|string],... [delete=ignore|reject|allow]
 //	write writer=<job>/<sink>#<i> cols=<c>,... key=<k> [vals=<v>,...] [mode=aggregate|retract|overwrite] [delete] [epoch=<e>]
-//	baseline sink=<job>/<sink># [parallelism=<p>]
-//	undo sink=<job>/<sink># [checkpoint=<n>] [crash-after=<keys>]
-//	open sink=<job>/<sink># [parallelism=<p>]
-//	restore sink=<job>/<sink># [parallelism=<p>] [checkpoint=<n>] [claim=<bucket>@<offset>] [as-sink=<job>/<sink>] [foreign]
-//	corrupt sink=<job>/<sink># checkpoint=<n> bucket=<b> offset=<o>|missing
+//	baseline sink=<job>/<sink> [parallelism=<p>]
+//	undo sink=<job>/<sink> [checkpoint=<n>] [crash-after=<keys>]
+//	open sink=<job>/<sink> [parallelism=<p>]
+//	restore sink=<job>/<sink> [parallelism=<p>] [checkpoint=<n>] [claim=<bucket>@<offset>] [as-sink=<job>/<sink>] [foreign]
+//	corrupt sink=<job>/<sink> checkpoint=<n> bucket=<b> offset=<o>|missing
 //	truncate bucket=<b> [below=<offset>]
 //	recreate
 //	rows
@@ -41,7 +42,7 @@ import (
 // of every bucket and prints it as checkpoint 1, 2, ... of that sink. undo
 // does for every bucket what recover does: plan from the sink's baseline of
 // the checkpoint (the latest by default) to the current end, apply as
-// writer <sink>0; crash-after applies only the first keys of the plans, as a
+// writer <job>/<sink>#0; crash-after applies only the first keys of the plans, as a
 // crash in the middle of undo would leave the table, and stops. The sink's
 // columns are those of its first write. open opens the real sink's
 // subtasks 0..p-1 (default 1) fresh, as a first run does: they register.
@@ -122,8 +123,8 @@ type script struct {
 	schema aggmerge.Schema
 	tbl    *aggmerge.Table
 	oldIDs []string                       // ids of tables recreate replaced
-	cols   map[string][]string            // sink prefix -> its columns
-	ckpts  map[string][]*scriptCheckpoint // sink prefix -> checkpoints 1, 2, ...
+	cols   map[string][]string            // sink (<job>/<sink>) -> its columns
+	ckpts  map[string][]*scriptCheckpoint // sink -> checkpoints 1, 2, ...
 	snaps  map[string]string
 }
 
@@ -198,13 +199,24 @@ func (s *script) reopen() {
 	}
 }
 
-// sinkOf returns the sink prefix of a writer id: up to and including '#'.
+// sinkOf returns the sink of a writer id: its group <job>/<sink>.
 func sinkOf(t *testing.T, d *datadriven.TestData, writer string) string {
-	i := strings.LastIndexByte(writer, '#')
-	if i < 0 {
-		d.Fatalf(t, "writer %q has no #<subtask>", writer)
+	id, err := base.ParseWriterID(writer)
+	if err != nil {
+		d.Fatalf(t, "%v", err)
 	}
-	return writer[:i+1]
+	return id.Group()
+}
+
+// sinkArg returns the sink a command names (sink=<job>/<sink>) and the
+// identity of its subtask 0.
+func sinkArg(t *testing.T, d *datadriven.TestData) (string, base.WriterID) {
+	group := arg(t, d, "sink")
+	id, err := base.ParseWriterID(group + "#0")
+	if err != nil || id.Group() != group {
+		d.Fatalf(t, "sink %q: want <job>/<sink>", group)
+	}
+	return group, id
 }
 
 func (s *script) write(d *datadriven.TestData) string {
@@ -323,7 +335,7 @@ func (s *script) checkpoint(d *datadriven.TestData, sink string) (int, *scriptCh
 
 func (s *script) undo(d *datadriven.TestData) string {
 	t, tbl := s.t, s.tbl
-	sink := arg(t, d, "sink")
+	sink, id := sinkArg(t, d)
 	n, c := s.checkpoint(d, sink)
 	names := s.cols[sink]
 	var cols []int
@@ -331,7 +343,7 @@ func (s *script) undo(d *datadriven.TestData) string {
 		cols = append(cols, tbl.Schema().ValueIndex(c))
 	}
 	crashAfter := intArg(t, d, "crash-after", -1)
-	w := aggmerge.Writer{ID: sink + "0", Epoch: 1}
+	w := aggmerge.Writer{ID: id.String(), Epoch: 1}
 	var out strings.Builder
 	for b := range tbl.Schema().Buckets {
 		from := c.base[b]
@@ -466,9 +478,8 @@ func (s *script) image(vals []agg.Value) string {
 
 func (s *script) restore(d *datadriven.TestData) string {
 	t, tbl := s.t, s.tbl
-	prefix := arg(t, d, "sink")
-	name := strings.TrimSuffix(prefix, "#")
-	n, c := s.checkpoint(d, prefix)
+	name, _ := sinkArg(t, d)
+	n, c := s.checkpoint(d, name)
 	items := make([]snapshotState, c.par)
 	for i := range items {
 		items[i] = snapshotState{Version: stateVersion, Table: s.dir, TableID: c.tableID, Sink: name,
@@ -508,19 +519,15 @@ func (s *script) restore(d *datadriven.TestData) string {
 // n unless items is nil, and prints what each did.
 func (s *script) openSinks(d *datadriven.TestData, items [][]byte, n barrier.CheckpointID) string {
 	t := s.t
-	prefix := arg(t, d, "sink")
-	job, op, ok := strings.Cut(strings.TrimSuffix(prefix, "#"), "/")
-	if !ok || !strings.HasSuffix(prefix, "#") {
-		d.Fatalf(t, "sink %q: want <job>/<sink>#", prefix)
-	}
+	sink, id := sinkArg(t, d)
 	par := intArg(t, d, "parallelism", 1)
 	progress := NewProgressLog()
 	var out strings.Builder
 	for i := range par {
-		cfg := Config{Table: s.tbl, Columns: s.cols[prefix]}
+		cfg := Config{Table: s.tbl, Columns: s.cols[sink]}
 		cfg.setDefaults()
 		sk := newSink(cfg)
-		ctx := &runtime.Context{Job: job, Operator: op, Subtask: i, Parallelism: par, Logger: slog.New(progress)}
+		ctx := &runtime.Context{Job: id.Job, Operator: id.Sink, Subtask: i, Parallelism: par, Logger: slog.New(progress)}
 		if items != nil {
 			ctx.Restored, ctx.RestoredOK = n, true
 			ctx.State = state.OperatorState{Unions: map[string][][]byte{stateList: items}}
