@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/state"
 )
 
@@ -281,7 +282,7 @@ func Broadcast[T any](s Stream[T], name string, opts ...NodeOption) Stream[T] {
 func PartitionBy[T any](s Stream[T], name string, newPartition func() func(T) int, opts ...NodeOption) Stream[T] {
 	return repartition(s, name, partCustom, func() func(T, int) int {
 		partition := newPartition()
-		return func(v T, p int) int { return partition(v) % p }
+		return func(v T, p int) int { return base.Owner(partition(v), p) }
 	}, opts)
 }
 

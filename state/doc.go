@@ -35,6 +35,6 @@
 // The backend key layout is [key group: 2 bytes][len(name): 1 byte][state
 // name][encoded key], so a subtask's groups are one contiguous key range.
 //
-// The package imports barrier and the standard library only (plus xxhash),
-// never runtime.
+// The package imports barrier, the vocabulary leaf internal/base and the
+// standard library only, never runtime.
 package state

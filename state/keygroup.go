@@ -4,18 +4,19 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/ebbflow/ebbflow/internal/base"
 )
 
 // MaxKeyGroups bounds maxParallelism: the key group is stored in 2 bytes.
 const MaxKeyGroups = 1 << 16
 
 // KeyGroupOf returns the key group of a key given its encoded bytes (as its
-// Codec appends them): xxhash64(encodedKey) mod maxParallelism. The runtime's
+// Codec appends them): xxhash64(encodedKey) mod maxParallelism (base.Hash64,
+// the hash of table buckets). The runtime's
 // keyBy partitioner calls exactly this, then SubtaskForGroup, so a key's
 // records and its state meet in the same subtask at any parallelism.
 func KeyGroupOf(encodedKey []byte, maxParallelism int) int {
-	return int(xxhash.Sum64(encodedKey) % uint64(maxParallelism))
+	return int(base.Hash64(encodedKey) % uint64(maxParallelism))
 }
 
 // Backend keys are laid out as

@@ -26,8 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/state"
@@ -98,7 +98,7 @@ func (f *Faults) Fails(site string, subtask int, n uint64) bool {
 	b = binary.LittleEndian.AppendUint64(b, uint64(subtask))
 	b = binary.LittleEndian.AppendUint64(b, n/w)
 	b = append(b, site...)
-	return n%w == xxhash.Sum64(b)%w
+	return n%w == base.Hash64(b)%w
 }
 
 // Hit counts a call of site in subtask and returns an injected error if the

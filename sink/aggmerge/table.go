@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
 	"github.com/google/uuid"
@@ -381,9 +381,7 @@ func (t *Table) Metrics() *pebble.Metrics { return t.db.Metrics() }
 // BucketOf returns the bucket of an encoded primary key (see
 // encoding.AppendKey): xxhash64 (XXH64, seed 0) of the encoded key, modulo
 // the bucket count.
-func BucketOf(encodedKey []byte, buckets int) int {
-	return int(xxhash.Sum64(encodedKey) % uint64(buckets))
-}
+func BucketOf(encodedKey []byte, buckets int) int { return base.BucketOf(encodedKey, buckets) }
 
 // EncodeKey conforms and encodes a full primary key.
 func (t *Table) EncodeKey(key []agg.Value) ([]byte, error) {

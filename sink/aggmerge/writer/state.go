@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/ebbflow/ebbflow/internal/base"
 )
 
 // ErrState marks writer state that cannot be restored safely.
@@ -80,9 +82,9 @@ type snapshotState struct {
 
 func (s snapshotState) encode() ([]byte, error) { return json.Marshal(s) }
 
-// Owner is the subtask of p that owns bucket b: the one function used for the
-// shuffle, baselines, undo and rescale.
-func Owner(bucket, parallelism int) int { return bucket % parallelism }
+// Owner is the subtask of p that owns bucket b, b mod p: the one function
+// used for the shuffle (runtime.PartitionBy), baselines, undo and rescale.
+func Owner(bucket, parallelism int) int { return base.Owner(bucket, parallelism) }
 
 // mergeBaselines checks the restored items of every subtask and returns the
 // baseline of every bucket. All checks name the table, the bucket and the
