@@ -96,6 +96,8 @@ type decoder struct {
 	// overrides are the nodes made from --set flags: their Line is the
 	// flag's number and their Column the column in the flag's text.
 	overrides map[*yaml.Node]bool
+	// registry holds the components registered from Go (nil: none).
+	registry *Registry
 }
 
 func newDecoder(file string, lookup func(string) (string, bool)) *decoder {
@@ -342,6 +344,11 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	for i, f := range fields {
 		known[i] = f.key
 	}
+	oneOf, isOneOf := d.oneOf(v)
+	src, _ := v.Addr().Interface().(*Source)
+	if src != nil {
+		known = append(known, d.registry.sourceNames()...)
+	}
 	seen := map[string]bool{}
 	var present []string
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -355,8 +362,12 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		present = append(present, k.Value)
+		if idx >= len(fields) { // a source kind registered from Go
+			src.Registered = d.registered(val, d.registry.source(k.Value), join(path, k.Value))
+			continue
+		}
 		f := fields[idx]
-		if o, ok := v.Addr().Interface().(oneOfer); ok && slices.Contains(o.oneOf(), f.key) {
+		if isOneOf && slices.Contains(oneOf, f.key) {
 			f.required = true // the chosen kind needs a value
 		}
 		d.value(val, v.FieldByIndex(f.index), join(path, k.Value), f)
@@ -366,21 +377,43 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			d.errorf(n, path, "missing required key %q", f.key)
 		}
 	}
-	if o, ok := v.Addr().Interface().(oneOfer); ok {
+	if isOneOf {
 		var got []string
 		for _, k := range present {
-			if slices.Contains(o.oneOf(), k) {
+			if slices.Contains(oneOf, k) {
 				got = append(got, k)
 			}
 		}
 		switch len(got) {
 		case 0:
-			d.errorf(n, path, "needs one of %s", strings.Join(o.oneOf(), ", "))
+			d.errorf(n, path, "needs one of %s", strings.Join(oneOf, ", "))
 		case 1:
 		default:
-			d.errorf(n, path, "has both %s and %s; give exactly one of %s", got[0], got[1], strings.Join(o.oneOf(), ", "))
+			d.errorf(n, path, "has both %s and %s; give exactly one of %s", got[0], got[1], strings.Join(oneOf, ", "))
 		}
 	}
+}
+
+// oneOf returns the keys of which struct v needs exactly one, the kinds
+// registered from Go included, and whether it has such keys.
+func (d *decoder) oneOf(v reflect.Value) ([]string, bool) {
+	o, ok := v.Addr().Interface().(oneOfer)
+	if !ok {
+		return nil, false
+	}
+	keys := o.oneOf()
+	if _, isSource := o.(*Source); isSource {
+		keys = append(slices.Clip(keys), d.registry.sourceNames()...)
+	}
+	return keys, true
+}
+
+// registered decodes the spec of a source kind registered from Go, which
+// needs a value, into a new spec of its type with its defaults.
+func (d *decoder) registered(n *yaml.Node, rs *registeredSource, path string) *Registered {
+	spec := newStruct(rs.specType)
+	d.value(n, spec.Elem(), path, fieldInfo{required: true})
+	return &Registered{Kind: rs.kind.name, Spec: spec.Interface(), src: rs}
 }
 
 // key checks a mapping key: a string, not seen before in this mapping.

@@ -18,7 +18,11 @@
 // (validate_kafka.go, validate_datagen.go, validate_transforms.go,
 // validate_table.go), listed in the registry of registry.go (Components),
 // which the decoder and the validator dispatch on; pipelines/build wires
-// each registered kind of source and sink by the same name.
+// each registered kind of source and sink by the same name. A Go program
+// adds kinds of source of its own through a Registry (RegisterSource, see
+// registered.go): its spec is decoded by the same decoder, its Check
+// reports at file:line:col, and pipelines/build wires it from the
+// runtime.Source its SourceKind makes.
 //
 // The pure parts of running a Pipeline are here too, for the sources,
 // operators and sinks that the wiring builds: RowBuilder makes Rows from

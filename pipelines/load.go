@@ -41,6 +41,9 @@ type Options struct {
 	// source.kafka.brokers, transforms[0].filter) and value is YAML
 	// (5s, [a:9092, b:9092], {x: 1}).
 	Set []string
+	// Registry holds the components registered from Go that the files may
+	// use besides the built-in ones (nil: none).
+	Registry *Registry
 }
 
 // Load decodes and validates job files: each YAML document of each file is
@@ -52,7 +55,7 @@ func Load(files []File, opts Options) ([]*Pipeline, error) {
 	overrides, errs := parseOverrides(opts.Set)
 	var out []*Pipeline
 	for _, f := range files {
-		ps, es := loadFile(f, overrides, opts.LookupEnv)
+		ps, es := loadFile(f, overrides, opts)
 		out = append(out, ps...)
 		errs = append(errs, es...)
 	}
@@ -68,7 +71,7 @@ func Load(files []File, opts Options) ([]*Pipeline, error) {
 	return out, nil
 }
 
-func loadFile(f File, overrides []override, lookup func(string) (string, bool)) ([]*Pipeline, Errors) {
+func loadFile(f File, overrides []override, opts Options) ([]*Pipeline, Errors) {
 	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
 	lines := strings.Split(string(f.Data), "\n")
 	var out []*Pipeline
@@ -85,7 +88,8 @@ func loadFile(f File, overrides []override, lookup func(string) (string, bool)) 
 		if len(doc.Content) == 0 {
 			continue
 		}
-		d := newDecoder(f.Name, lookup)
+		d := newDecoder(f.Name, opts.LookupEnv)
+		d.registry = opts.Registry
 		root := doc.Content[0]
 		for _, o := range overrides {
 			o.apply(d, root)

@@ -9,7 +9,10 @@ package pipelines
 // an error listing them all), and the validator dispatches on them.
 // pipelines/build wires each kind of source and sink from a registry keyed
 // by the same names (transforms run in this package's Transformer); a test
-// there checks that the two agree.
+// there checks that the two agree. Kinds of source that a Go program
+// registers (Registry, registered.go) join them for one Load: the decoder
+// and the validator find them by Source.Registered, and pipelines/build
+// wires them from Pipeline.RegisteredSource.
 
 // Role is the place of a component in a job.
 type Role string
@@ -85,6 +88,9 @@ var sourceKinds = []sourceKind{
 
 // kind returns the kind of the source, or nil when it has none.
 func (s *Source) kind() *sourceKind {
+	if s.Registered != nil && s.Registered.src != nil { // as Load decoded it
+		return &s.Registered.src.kind
+	}
 	for i := range sourceKinds {
 		if sourceKinds[i].given(s) {
 			return &sourceKinds[i]

@@ -37,6 +37,9 @@ type Source struct {
 	Name    string         `yaml:"name" doc:"the operator's name (default: the kind, numbered when several sources share it)"`
 	Kafka   *KafkaSource   `yaml:"kafka" doc:"read Kafka topics"`
 	Datagen *DatagenSource `yaml:"datagen" doc:"generate records"`
+	// Registered is the spec of a source of a kind registered from Go
+	// (Registry); nil for the built-in kinds.
+	Registered *Registered `yaml:"-"`
 }
 
 // KafkaSource reads records from Kafka topics, with its partitions assigned

@@ -104,6 +104,9 @@ func wiringOf[W any](wirings map[string]W, role pipelines.Role, kind string) (W,
 // input adds source i of the job and its transforms, and returns the
 // transformed stream.
 func (e *Env) input(j *Job, i int) (runtime.Stream[Row], error) {
+	if subtasks, row, ok := j.p.RegisteredSource(i); ok {
+		return registeredInput(j, i, subtasks, row), nil
+	}
 	wire, err := wiringOf(sourceWiring, pipelines.RoleSource, j.p.Spec.Sources[i].Kind())
 	if err != nil {
 		return runtime.Stream[Row]{}, err
@@ -138,6 +141,18 @@ func (e *Env) datagenInput(j *Job, i int) (runtime.Stream[Row], error) {
 		return runtime.Stream[Row]{}, err
 	}
 	return runtime.Apply(s, p.Spec.Sources[i].Name+"-transforms", func() runtime.Operator[Row, Row] { return newTransformOp(p, &errorPolicy{}) }), nil
+}
+
+// registeredInput adds source i of the job, of a kind registered from Go
+// (pipelines.RegisterSource), and its transforms: each record's values are
+// placed in a Row, then transformed as a datagen's are.
+func registeredInput(j *Job, i int, subtasks func() runtime.Source[[]any], row func([]any) (Row, error)) runtime.Stream[Row] {
+	p := j.p
+	name := p.Spec.Sources[i].Name
+	s := runtime.FromSource(j.rt, name, subtasks)
+	return runtime.Apply(s, name+"-transforms", func() runtime.Operator[[]any, Row] {
+		return valuesOp{newTransformOp(p, &errorPolicy{}), row}
+	})
 }
 
 // tableSink adds table sink i of the job: the exactly-once writer of its

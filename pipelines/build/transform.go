@@ -193,6 +193,28 @@ func (o kafkaRowOp) ProcessBatch(in []fromKafka, out *runtime.Collector[Row]) er
 	return nil
 }
 
+// valuesOp runs the steps on the records of a source registered from Go,
+// each placed in a Row first. A record whose values do not fit its fields
+// is the source's bug: it fails the job for good, as a restart would meet
+// it again.
+type valuesOp struct {
+	*transformOp
+	row func([]any) (Row, error)
+}
+
+func (o valuesOp) ProcessBatch(in [][]any, out *runtime.Collector[Row]) error {
+	for _, vals := range in {
+		r, err := o.row(vals)
+		if err != nil {
+			return runtime.Permanent(err)
+		}
+		if err := o.process(r, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // errNullKey is a null primary key value reaching the writer (checkTables
 // keeps it from happening).
 var errNullKey = errors.New("build: null primary key")
