@@ -346,8 +346,12 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	}
 	oneOf, isOneOf := d.oneOf(v)
 	src, _ := v.Addr().Interface().(*Source)
-	if src != nil {
+	step, _ := v.Addr().Interface().(*Transform)
+	switch {
+	case src != nil:
 		known = append(known, d.registry.sourceNames()...)
+	case step != nil:
+		known = append(known, d.registry.transformNames()...)
 	}
 	seen := map[string]bool{}
 	var present []string
@@ -362,8 +366,15 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		present = append(present, k.Value)
-		if idx >= len(fields) { // a source kind registered from Go
-			src.Registered = d.registered(val, d.registry.source(k.Value), join(path, k.Value))
+		if idx >= len(fields) { // a kind registered from Go
+			p := join(path, k.Value)
+			if src != nil {
+				rs := d.registry.source(k.Value)
+				src.Registered = &Registered{Kind: k.Value, Spec: d.registeredSpec(val, rs.specType, p), src: rs}
+			} else {
+				rt := d.registry.transform(k.Value)
+				step.Registered = &Registered{Kind: k.Value, Spec: d.registeredSpec(val, rt.specType, p), step: rt}
+			}
 			continue
 		}
 		f := fields[idx]
@@ -402,18 +413,22 @@ func (d *decoder) oneOf(v reflect.Value) ([]string, bool) {
 		return nil, false
 	}
 	keys := o.oneOf()
-	if _, isSource := o.(*Source); isSource {
+	switch o.(type) {
+	case *Source:
 		keys = append(slices.Clip(keys), d.registry.sourceNames()...)
+	case *Transform:
+		keys = append(slices.Clip(keys), d.registry.transformNames()...)
 	}
 	return keys, true
 }
 
-// registered decodes the spec of a source kind registered from Go, which
-// needs a value, into a new spec of its type with its defaults.
-func (d *decoder) registered(n *yaml.Node, rs *registeredSource, path string) *Registered {
-	spec := newStruct(rs.specType)
+// registeredSpec decodes the spec of a kind registered from Go, which needs
+// a value, into a new spec of type t with its defaults, and returns it (a
+// *t).
+func (d *decoder) registeredSpec(n *yaml.Node, t reflect.Type, path string) any {
+	spec := newStruct(t)
 	d.value(n, spec.Elem(), path, fieldInfo{required: true})
-	return &Registered{Kind: rs.kind.name, Spec: spec.Interface(), src: rs}
+	return spec.Interface()
 }
 
 // key checks a mapping key: a string, not seen before in this mapping.

@@ -19,10 +19,11 @@
 // validate_table.go), listed in the registry of registry.go (Components),
 // which the decoder and the validator dispatch on; pipelines/build wires
 // each registered kind of source and sink by the same name. A Go program
-// adds kinds of source of its own through a Registry (RegisterSource, see
-// registered.go): its spec is decoded by the same decoder, its Check
-// reports at file:line:col, and pipelines/build wires it from the
-// runtime.Source its SourceKind makes.
+// adds kinds of source and step of its own through a Registry
+// (RegisterSource, RegisterTransform, see registered.go): their specs are
+// decoded by the same decoder, their Checks report at file:line:col;
+// pipelines/build wires such a source from the runtime.Source its
+// SourceKind makes, and the Transformer runs such a step.
 //
 // The pure parts of running a Pipeline are here too, for the sources,
 // operators and sinks that the wiring builds: RowBuilder makes Rows from

@@ -58,6 +58,8 @@ type Step struct {
 	Filter *Program
 	// Assigns, for a map, write each program's value into its slot.
 	Assigns []Assignment
+	// Registered, for a step of a kind registered from Go, runs it.
+	Registered *RegisteredStep
 	// Out is the schema after the step (drop, project and rename change
 	// only the schema).
 	Out *Schema
@@ -123,6 +125,7 @@ type Transformer struct {
 type stepEval struct {
 	filter  *Evaluator
 	assigns []assignEval
+	fn      *stepFunc // a registered step
 }
 
 type assignEval struct {
@@ -141,7 +144,10 @@ func (p *Pipeline) NewTransformer() *Transformer {
 		for _, a := range s.Assigns {
 			se.assigns = append(se.assigns, assignEval{slot: a.Field.Slot, ev: a.Prog.NewEvaluator()})
 		}
-		if se.filter != nil || len(se.assigns) > 0 {
+		if s.Registered != nil {
+			se.fn = s.Registered.newFunc()
+		}
+		if se.filter != nil || len(se.assigns) > 0 || se.fn != nil {
 			t.steps = append(t.steps, se)
 		}
 	}
@@ -170,6 +176,11 @@ func (t *Transformer) Apply(r Row) (bool, error) {
 				return false, err
 			}
 			r[a.slot] = v
+		}
+		if s.fn != nil {
+			if keep, err := s.fn.apply(r); err != nil || !keep {
+				return false, err
+			}
 		}
 	}
 	return true, nil

@@ -11,11 +11,13 @@ import (
 )
 
 // Registry holds the components a Go program adds to the built-in ones
-// (Components), each under a YAML key of its own: pass it to Load
+// (Components), kinds of source and of step (RegisterSource,
+// RegisterTransform), each under a YAML key of its own: pass it to Load
 // (Options.Registry), and pipelines/build wires the jobs that use them like
 // any other. A Registry is filled before Load and not changed afterwards.
 type Registry struct {
-	sources []*registeredSource
+	sources    []*registeredSource
+	transforms []*registeredTransform
 }
 
 // SourceKind is a kind of source registered from Go (RegisterSource). S is
@@ -44,13 +46,38 @@ type registeredSource struct {
 	new      func(spec any) func() runtime.Source[[]any]
 }
 
+// TransformKind is a kind of step registered from Go (RegisterTransform),
+// with its spec S as for a SourceKind.
+type TransformKind[S any] struct {
+	// Check validates a decoded spec against the fields before the step,
+	// reporting each problem with c.Fail, and returns the fields the step
+	// writes: new ones, or ones of in it replaces (with their types).
+	Check func(c *Check, spec *S, in []Field) []Field
+	// New returns the step for one goroutine (a job runs its steps in
+	// several), in being the fields before it as Check saw them: given
+	// their values (in's order; the slice is reused, do not keep it), it
+	// returns the values of the fields it writes (Check's order, of the Go
+	// types a Row holds), or keep false to drop the record. An error goes
+	// to the source's on_error policy, as a failed expression does.
+	New func(spec *S, in []Field) func(values []any) (out []any, keep bool, err error)
+}
+
+// registeredTransform is a TransformKind with its spec type erased.
+type registeredTransform struct {
+	kind     transformKind
+	specType reflect.Type
+	check    func(c *Check, spec any, in []Field) []Field
+	new      func(spec any, in []Field) func([]any) ([]any, bool, error)
+}
+
 // Registered is a component of a kind registered from Go, as decoded.
 type Registered struct {
 	Kind string // the kind's key
-	Spec any    // a *S of the kind's SourceKind[S]
-	// fields are what Check returned; src is the kind.
+	Spec any    // a *S of the kind's SourceKind[S] or TransformKind[S]
+	// fields are what a source's Check returned; src or step is the kind.
 	fields []Field
 	src    *registeredSource
+	step   *registeredTransform
 }
 
 // ErrRegister marks a component that cannot be registered.
@@ -62,14 +89,8 @@ var ErrRegister = errors.New("pipelines: cannot register component")
 // be a struct type the decoder can fill.
 func RegisterSource[S any](r *Registry, name string, k SourceKind[S]) error {
 	t := reflect.TypeFor[S]()
-	if err := r.checkName(name); err != nil {
+	if err := r.refuse(RoleSource, name, t, k.Check != nil && k.New != nil); err != nil {
 		return err
-	}
-	if k.Check == nil || k.New == nil {
-		return fmt.Errorf("%w: source %q: Check and New are required", ErrRegister, name)
-	}
-	if err := checkSpecType(t); err != nil {
-		return fmt.Errorf("%w: source %q: spec %s: %w", ErrRegister, name, t, err)
 	}
 	rs := &registeredSource{specType: t,
 		check: func(c *Check, spec any) []Field { return k.Check(c, spec.(*S)) },
@@ -82,39 +103,165 @@ func RegisterSource[S any](r *Registry, name string, k SourceKind[S]) error {
 	return nil
 }
 
-func (r *Registry) checkName(name string) error {
-	if !identPattern.MatchString(name) && !namePattern.MatchString(name) || name == "name" {
-		return fmt.Errorf("%w: %q is not a key (letters, digits, '_' and '-')", ErrRegister, name)
+// RegisterTransform adds a kind of step called name (its key in a file:
+// transforms: [{<name>: {...}}]), under the rules of RegisterSource.
+func RegisterTransform[S any](r *Registry, name string, k TransformKind[S]) error {
+	t := reflect.TypeFor[S]()
+	if err := r.refuse(RoleTransform, name, t, k.Check != nil && k.New != nil); err != nil {
+		return err
 	}
-	if slices.Contains(Components(RoleSource), name) || r.source(name) != nil {
-		return fmt.Errorf("%w: source %q exists already", ErrRegister, name)
+	rt := &registeredTransform{specType: t,
+		check: func(c *Check, spec any, in []Field) []Field { return k.Check(c, spec.(*S), in) },
+		new:   func(spec any, in []Field) func([]any) ([]any, bool, error) { return k.New(spec.(*S), in) }}
+	rt.kind = transformKind{component: component{name}, check: rt.validate} // given: Transform.kind finds it by Transform.Registered
+	r.transforms = append(r.transforms, rt)
+	return nil
+}
+
+// refuse returns why a kind of role called name, with spec type t, cannot
+// be registered (complete: it has its Check and New), or nil: the name must
+// be a plain key, not taken by any component, built-in or registered, of
+// any role.
+func (r *Registry) refuse(role Role, name string, t reflect.Type, complete bool) error {
+	switch {
+	case !identPattern.MatchString(name) && !namePattern.MatchString(name) || name == "name":
+		return fmt.Errorf("%w: %q is not a key (letters, digits, '_' and '-')", ErrRegister, name)
+	case slices.Contains(Components(RoleSource), name) || slices.Contains(Components(RoleTransform), name) ||
+		r.source(name) != nil || r.transform(name) != nil:
+		return fmt.Errorf("%w: %q exists already", ErrRegister, name)
+	case !complete:
+		return fmt.Errorf("%w: %s %q: Check and New are required", ErrRegister, role, name)
+	}
+	if err := checkSpecType(t); err != nil {
+		return fmt.Errorf("%w: %s %q: spec %s: %w", ErrRegister, role, name, t, err)
 	}
 	return nil
 }
 
-// source returns the registered source kind called name, or nil.
+func (rs *registeredSource) key() string    { return rs.kind.name }
+func (rt *registeredTransform) key() string { return rt.kind.name }
+
+// find returns the kind called name, or nil.
+func find[K interface {
+	comparable
+	key() string
+}](kinds []K, name string) K {
+	var none K
+	for _, k := range kinds {
+		if k.key() == name {
+			return k
+		}
+	}
+	return none
+}
+
+// The registered kinds of each role by name, and their names in
+// registration order; a nil Registry has none.
 func (r *Registry) source(name string) *registeredSource {
 	if r == nil {
 		return nil
 	}
-	for _, s := range r.sources {
-		if s.kind.name == name {
-			return s
-		}
-	}
-	return nil
+	return find(r.sources, name)
 }
 
-// sourceNames lists the registered source kinds, in registration order.
+func (r *Registry) transform(name string) *registeredTransform {
+	if r == nil {
+		return nil
+	}
+	return find(r.transforms, name)
+}
+
 func (r *Registry) sourceNames() []string {
 	if r == nil {
 		return nil
 	}
-	out := make([]string, len(r.sources))
-	for i, s := range r.sources {
-		out[i] = s.kind.name
+	return names(r.sources)
+}
+
+func (r *Registry) transformNames() []string {
+	if r == nil {
+		return nil
 	}
-	return out
+	return names(r.transforms)
+}
+
+// validate runs the kind's Check on a decoded spec at path against the
+// schema before the step, and makes the step: each field it writes gets a
+// slot of its own, as a map's do.
+func (rt *registeredTransform) validate(v *validator, path string, t *Transform, in *Schema, step *Step) {
+	ins := make([]Field, len(in.Fields))
+	for i, f := range in.Fields {
+		ins[i] = Field{Name: f.Name, Type: f.Type}
+	}
+	before := len(v.errs)
+	outs := rt.check(&Check{v: v, path: path}, t.Registered.Spec, ins)
+	if len(v.errs) > before {
+		for _, f := range outs {
+			v.broken[f.Name] = true
+		}
+		return
+	}
+	if !checkFieldList(v, path, "step", outs, true) {
+		return
+	}
+	rs := &RegisteredStep{kind: rt, spec: t.Registered.Spec, fields: ins}
+	for _, f := range in.Fields {
+		rs.in = append(rs.in, f.Slot)
+	}
+	for _, f := range outs {
+		sf := SchemaField{Name: f.Name, Type: f.Type, Slot: v.p.Width}
+		v.p.Width++
+		step.Out = step.Out.with(sf)
+		rs.out = append(rs.out, sf)
+	}
+	step.Registered = rs
+}
+
+// RegisteredStep is a compiled step of a kind registered from Go: it reads
+// the slots of the fields before it and writes one new slot per field it
+// writes.
+type RegisteredStep struct {
+	kind   *registeredTransform
+	spec   any
+	fields []Field // before the step
+	in     []int   // their slots
+	out    []SchemaField
+}
+
+// stepFunc is a RegisteredStep for one goroutine.
+type stepFunc struct {
+	s    *RegisteredStep
+	fn   func([]any) ([]any, bool, error)
+	args []any
+}
+
+func (s *RegisteredStep) newFunc() *stepFunc {
+	return &stepFunc{s: s, fn: s.kind.new(s.spec, s.fields), args: make([]any, len(s.in))}
+}
+
+// apply runs the step on r; false: the step dropped the record.
+func (f *stepFunc) apply(r Row) (bool, error) {
+	for i, slot := range f.s.in {
+		f.args[i] = r[slot]
+	}
+	out, keep, err := f.fn(f.args)
+	if err != nil {
+		return false, fmt.Errorf("%w: step %s: %w", ErrEval, f.s.kind.kind.name, err)
+	}
+	if !keep {
+		return false, nil
+	}
+	if len(out) != len(f.s.out) {
+		return false, fmt.Errorf("%w: step %s: %d values, want %d", ErrEval, f.s.kind.kind.name, len(out), len(f.s.out))
+	}
+	for i, v := range out {
+		sf := f.s.out[i]
+		if _, err := AggValue(sf.Type, v); err != nil {
+			return false, fmt.Errorf("step %s: field %s: %w", f.s.kind.kind.name, sf.Name, err)
+		}
+		r[sf.Slot] = v
+	}
+	return true, nil
 }
 
 // validate runs the kind's Check on a decoded spec at path and checks the
@@ -126,29 +273,36 @@ func (rs *registeredSource) validate(v *validator, path string, s *Source) ([]Fi
 	if len(v.errs) > before {
 		return nil, false
 	}
-	if len(fields) == 0 {
-		v.fail(path, "the source gives no fields (its Check returned none)")
+	if !checkFieldList(v, path, "source", fields, false) {
 		return nil, false
+	}
+	s.Registered.fields = fields
+	return fields, true
+}
+
+// checkFieldList checks the fields a registered kind's Check returned (what
+// is "source" or "step"): identifiers, each once, each with a type; none
+// only if empty is allowed.
+func checkFieldList(v *validator, path, what string, fields []Field, empty bool) bool {
+	if len(fields) == 0 && !empty {
+		v.fail(path, "the %s gives no fields (its Check returned none)", what)
+		return false
 	}
 	ok := true
 	for i, f := range fields {
 		switch {
 		case !identPattern.MatchString(f.Name):
-			v.fail(path, "the source's field %q is not an identifier (letters, digits and _, not starting with a digit)", f.Name)
+			v.fail(path, "the %s's field %q is not an identifier (letters, digits and _, not starting with a digit)", what, f.Name)
 			ok = false
 		case slices.ContainsFunc(fields[:i], func(g Field) bool { return g.Name == f.Name }):
-			v.fail(path, "the source gives field %q twice", f.Name)
+			v.fail(path, "the %s gives field %q twice", what, f.Name)
 			ok = false
 		case f.Type.Kind == agg.KindInvalid:
-			v.fail(path, "the source's field %q has no type", f.Name)
+			v.fail(path, "the %s's field %q has no type", what, f.Name)
 			ok = false
 		}
 	}
-	if !ok {
-		return nil, false
-	}
-	s.Registered.fields = fields
-	return fields, true
+	return ok
 }
 
 // Check is where a registered component's Check reports the problems of its

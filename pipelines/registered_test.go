@@ -3,6 +3,7 @@ package pipelines_test
 import (
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -164,6 +165,82 @@ func TestRegisteredSourceRows(t *testing.T) {
 	for _, vals := range [][]any{{"x", 7}, {"x"}, {int64(1), "x"}} {
 		if _, err := row(vals); err == nil {
 			t.Errorf("row(%v): no error", vals)
+		}
+	}
+}
+
+// evenSpec is the spec of a test step: it keeps the records whose field
+// Of is even and writes half of it into As.
+type evenSpec struct {
+	Of string `yaml:"of" required:"true"`
+	As string `yaml:"as" default:"half"`
+}
+
+var even = pipelines.TransformKind[evenSpec]{
+	Check: func(c *pipelines.Check, s *evenSpec, in []pipelines.Field) []pipelines.Field {
+		if !slices.ContainsFunc(in, func(f pipelines.Field) bool { return f.Name == s.Of && f.Type == agg.Int64 }) {
+			c.Fail("of", "no int64 field %q", s.Of)
+		}
+		return []pipelines.Field{{Name: s.As, Type: agg.Int64}}
+	},
+	New: func(s *evenSpec, in []pipelines.Field) func([]any) ([]any, bool, error) {
+		i := slices.IndexFunc(in, func(f pipelines.Field) bool { return f.Name == s.Of })
+		return func(vals []any) ([]any, bool, error) {
+			n, ok := vals[i].(int64)
+			switch {
+			case !ok:
+				return nil, false, errors.New("null")
+			case n == 13:
+				return []any{"thirteen"}, true, nil // the wrong Go type
+			case n == 15:
+				return nil, true, nil // the wrong number of values
+			}
+			return []any{n / 2}, n%2 == 0, nil
+		}
+	},
+}
+
+// TestRegisteredTransform: a step registered from Go is checked against the
+// fields before it (its problems at file:line:col), its fields are seen by
+// the steps and sinks after it, and at run time it drops records, writes
+// its fields and reports a failure, a value of the wrong type or count as an
+// ErrEval error for the source's policy.
+func TestRegisteredTransform(t *testing.T) {
+	r := registry(t)
+	if err := pipelines.RegisterTransform(r, "even", even); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"even", "filter", "tick"} {
+		if err := pipelines.RegisterTransform(r, name, even); !errors.Is(err, pipelines.ErrRegister) {
+			t.Errorf("RegisterTransform(%q): %v, want ErrRegister", name, err)
+		}
+	}
+	_, err := loadWith(r, "job: {name: j}\nsource: {tick: {}}\ntransforms:\n  - even: {of: f2}\n"+tickSink)
+	if err == nil || !strings.Contains(err.Error(), `job.yaml:4:16: transforms[0].even.of: no int64 field "f2"`) {
+		t.Errorf("even of a string: %v", err)
+	}
+	ps, err := loadWith(r, "job: {name: j}\nsource: {tick: {}}\ntransforms:\n  - even: {of: f1}\n  - map: {q: 'half * 10'}\n"+
+		"sink: {table: {name: t, primary_key: [f2], columns: {n: {agg: sum, from: q}}}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	tr := p.NewTransformer()
+	half, _ := p.Output.Field("half")
+	q, _ := p.Output.Field("q")
+	for n, want := range map[int64]any{4: int64(20), 7: nil} {
+		row := make(pipelines.Row, p.Width)
+		row[0], row[1] = n, "x"
+		keep, err := tr.Apply(row)
+		if err != nil || keep != (want != nil) || want != nil && (row[half.Slot] != n/2 || row[q.Slot] != want) {
+			t.Errorf("f1=%d: keep %v, %v, row %v; want q=%v", n, keep, err, row, want)
+		}
+	}
+	for _, n := range []any{nil, int64(13), int64(15)} {
+		row := make(pipelines.Row, p.Width)
+		row[0], row[1] = n, "x"
+		if _, err := tr.Apply(row); !errors.Is(err, pipelines.ErrEval) {
+			t.Errorf("f1=%v: %v, want ErrEval", n, err)
 		}
 	}
 }

@@ -9,10 +9,12 @@ package pipelines
 // an error listing them all), and the validator dispatches on them.
 // pipelines/build wires each kind of source and sink from a registry keyed
 // by the same names (transforms run in this package's Transformer); a test
-// there checks that the two agree. Kinds of source that a Go program
-// registers (Registry, registered.go) join them for one Load: the decoder
-// and the validator find them by Source.Registered, and pipelines/build
-// wires them from Pipeline.RegisteredSource.
+// there checks that the two agree. Kinds of source and step that a Go
+// program registers (Registry, registered.go) join them for one Load: the
+// decoder and the validator find them by Source.Registered and
+// Transform.Registered; pipelines/build wires such a source from
+// Pipeline.RegisteredSource, and the Transformer runs such a step
+// (Step.Registered).
 
 // Role is the place of a component in a job.
 type Role string
@@ -129,6 +131,9 @@ var transformKinds = []transformKind{
 
 // kind returns the kind of the step, or nil when it has none.
 func (t *Transform) kind() *transformKind {
+	if t.Registered != nil && t.Registered.step != nil { // as Load decoded it
+		return &t.Registered.step.kind
+	}
 	for i := range transformKinds {
 		if transformKinds[i].given(t) {
 			return &transformKinds[i]

@@ -171,6 +171,9 @@ type Transform struct {
 	Drop    []string `yaml:"drop" doc:"remove these fields"`
 	Project []string `yaml:"project" doc:"keep only these fields, in this order"`
 	Rename  []Rename `yaml:"rename" form:"map" doc:"old name to new name"`
+	// Registered is the spec of a step of a kind registered from Go
+	// (Registry); nil for the built-in kinds.
+	Registered *Registered `yaml:"-"`
 }
 
 // Assign sets a field to the value of an expression.

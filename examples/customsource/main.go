@@ -1,6 +1,7 @@
-// Command customsource runs a job file whose source is a component of its
-// own: the "words" source (words.go), registered with pipelines under a new
-// YAML key, with its own spec, checks and runtime source. The job is loaded,
+// Command customsource runs a job file with components of its own: the
+// "words" source (words.go) and the "suffix" step (suffix.go), registered
+// with pipelines under new YAML keys, each with its own spec, checks and
+// runtime part. The job is loaded,
 // validated and built by pipelines and pipelines/build exactly as the runner
 // does with the built-in components, then run to its end.
 //
@@ -9,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -38,10 +40,10 @@ func main() {
 	}
 }
 
-// load reads job files, knowing the built-in components and words.
+// load reads job files, knowing the built-in components, words and suffix.
 func load(paths ...string) ([]*pipelines.Pipeline, error) {
 	reg := &pipelines.Registry{}
-	if err := pipelines.RegisterSource(reg, "words", Words); err != nil {
+	if err := errors.Join(pipelines.RegisterSource(reg, "words", Words), pipelines.RegisterTransform(reg, "suffix", Suffix)); err != nil {
 		return nil, err
 	}
 	files, err := pipelines.ReadFiles(paths...)

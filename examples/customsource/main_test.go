@@ -16,7 +16,7 @@ import (
 )
 
 // TestWordsJob runs job.yaml, whose source is the words component of this
-// program, through pipelines and pipelines/build to its end, and gets the
+// program and one of whose steps is its suffix step, through pipelines and pipelines/build to its end, and gets the
 // table the file describes; run again on the same data directory, the job
 // restores its final checkpoint (the source's position at the end) and
 // changes nothing.
@@ -27,7 +27,7 @@ func TestWordsJob(t *testing.T) {
 		for n := int64(i); n < 1000; n += 3 {
 			records, total, last = records+1, total+2*n, n
 		}
-		want[w] = fmt.Sprintf("%q %d %d %d", w, records, total, last)
+		want[w] = fmt.Sprintf("%q %d %d %d", w+"!", records, total, last)
 	}
 	dir := t.TempDir()
 	for i := range 2 {
@@ -45,9 +45,9 @@ func TestWordsJob(t *testing.T) {
 
 // TestWordsBadSpec: a file that misuses the words source is refused with
 // every problem at its file:line:col, those the decoder finds from the
-// spec's tags (an unknown key, a bound) and those the component's own Check
-// reports (a repeated word), and a misspelt kind is offered the registered
-// one.
+// spec's tags (an unknown key, a bound) and those the components' own
+// Checks report (a repeated word, a step's field that is not a string), and
+// a misspelt kind is offered the registered one.
 func TestWordsBadSpec(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	err := os.WriteFile(bad, []byte(`job: {name: words}
@@ -63,6 +63,14 @@ job: {name: other}
 source: {wrods: {words: [a]}}
 sink:
   table: {name: u, primary_key: [word], columns: {n: {agg: count}}}
+---
+job: {name: third}
+source: {words: {words: [a]}}
+transforms:
+  - suffix: {field: n, suffix: "!"}
+  - sufix: {field: word}
+sink:
+  table: {name: v, primary_key: [word], columns: {n: {agg: count}}}
 `), 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +87,11 @@ sink:
 		`bad.yaml:6:5: source.words: unknown key "colour"`,
 		`bad.yaml:11:9: source: needs one of kafka, datagen, words`,
 		`bad.yaml:11:10: source: unknown key "wrods" (did you mean "words"?)`,
+		`bad.yaml:18:21: transforms[0].suffix.field: no string field "n" before the step`,
+		`bad.yaml:19:5: transforms[1]: needs one of filter, map, drop, project, rename, suffix`,
+		`bad.yaml:19:5: transforms[1]: unknown key "sufix" (did you mean "suffix"?)`,
 	}, "\n")
-	if got != want || len(errs) != 5 {
+	if got != want || len(errs) != 8 {
 		t.Fatalf("errors:\n%s\nwant:\n%s", got, want)
 	}
 }
