@@ -2,12 +2,12 @@ package writer_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -84,7 +84,7 @@ func TestImpureMapperKeepsOneWriterPerBucket(t *testing.T) {
 		t.Errorf("the table counts %d records, want %d", total, count)
 	}
 	for b := range schema().Buckets {
-		owner := fmt.Sprintf("maponce/table#%d", writer.Owner(b, par))
+		owner := base.WriterID{Job: "maponce", Sink: "table", Subtask: writer.Owner(b, par)}.String()
 		foreign := 0
 		if err := tbl.ReadLog(b, 0, func(e *aggmerge.Entry) error {
 			if e.Writer.ID != owner {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -100,7 +101,7 @@ func newUndoModel(t *testing.T) *undoModel {
 // to both tables.
 func (m *undoModel) writeRandom(rng *rand.Rand, n int) {
 	for range n {
-		writer, cols := fmt.Sprintf("jobA/sink#%d", rng.Intn(3)), modelA
+		writer, cols := base.WriterID{Job: "jobA", Sink: "sink", Subtask: rng.Intn(3)}.String(), modelA
 		if rng.Intn(2) == 0 {
 			writer, cols = "jobB/sink#0", modelB
 		}
