@@ -15,6 +15,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -609,7 +610,8 @@ type undoInfo struct {
 }
 
 // undos reads what the writers' last undo did from their metrics
-// (ebbflow_sink_undo_*), by writer id (job/operator#subtask).
+// (ebbflow_sink_undo_*), by writer id (base.WriterID of the labels job,
+// operator and subtask).
 func (r *runner) undos() map[string]*undoInfo {
 	out := map[string]*undoInfo{}
 	mfs, _ := r.reg.Gather()
@@ -624,7 +626,11 @@ func (r *runner) undos() map[string]*undoInfo {
 		}
 		for _, m := range mf.GetMetric() {
 			l := labels(m)
-			id := l["job"] + "/" + l["operator"] + "#" + l["subtask"]
+			subtask, err := strconv.Atoi(l["subtask"])
+			if err != nil {
+				continue
+			}
+			id := base.WriterID{Job: l["job"], Sink: l["operator"], Subtask: subtask}.String()
 			if out[id] == nil {
 				out[id] = &undoInfo{}
 			}
