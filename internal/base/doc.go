@@ -7,7 +7,8 @@
 // aggmerge.BucketOf, writer.Owner), so users keep the names they know and
 // never import this package.
 //
-// The package imports only the standard library, and every package may
+// The package imports only the standard library and the hash of buckets
+// (github.com/cespare/xxhash), and every package may
 // import it (internal/depcheck's TestImportDirection holds both).
 //
 // What it defines is stored: row kinds by their strings ("+I", "-U", "+U",
