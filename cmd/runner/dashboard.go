@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"embed"
 	"errors"
 	"fmt"
+	"html/template"
 	"io/fs"
 	"net/http"
 	"slices"
@@ -28,13 +30,30 @@ import (
 //go:embed web
 var webFiles embed.FS
 
-// dashboardPages maps the dashboard's paths to their files in web/.
-var dashboardPages = map[string]string{
-	"/":            "index.html",
-	"/graph":       "graph.html",
-	"/checkpoints": "checkpoints.html",
-	"/tables":      "tables.html",
-	"/kafka":       "kafka.html",
+// dashboardPage is one page of the dashboard: web/page.html rendered with
+// the page's name (which app.js draws) and title.
+type dashboardPage struct{ Name, Title string }
+
+// dashboardPages maps the dashboard's paths to their pages.
+var dashboardPages = map[string]dashboardPage{
+	"/":            {"jobs", "Jobs"},
+	"/graph":       {"graph", "Job graph"},
+	"/checkpoints": {"checkpoints", "Checkpoints"},
+	"/tables":      {"tables", "Tables"},
+	"/kafka":       {"kafka", "Kafka and changelogs"},
+}
+
+// pageTemplate is web/page.html.
+var pageTemplate = template.Must(template.ParseFS(webFiles, "web/page.html"))
+
+// renderPage renders a page once, when its route is set up: pages are
+// static.
+func renderPage(p dashboardPage) []byte {
+	var b bytes.Buffer
+	if err := pageTemplate.Execute(&b, p); err != nil {
+		panic(fmt.Sprintf("dashboard page %s: %v", p.Name, err)) // the embedded template is fixed at build time
+	}
+	return b.Bytes()
 }
 
 // dashboardAsset returns the file in web/ of a script or style the pages
@@ -74,13 +93,15 @@ func (r *runner) dashboardRoutes(mux *http.ServeMux) {
 			h.ServeHTTP(w, req)
 		})
 	}
-	for path, file := range dashboardPages {
+	for path, page := range dashboardPages {
 		pattern := "GET " + path
 		if path == "/" {
 			pattern = "GET /{$}"
 		}
+		html := renderPage(page)
 		mux.Handle(pattern, secure(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			http.ServeFileFS(w, req, web, file)
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			http.ServeContent(w, req, "", time.Time{}, bytes.NewReader(html))
 		})))
 	}
 	mux.Handle("GET /assets/{name}", secure(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
