@@ -249,7 +249,7 @@ func TestDashboardSecurity(t *testing.T) {
 			t.Errorf("GET %s from another site: %d, want 403", p, code)
 		}
 	}
-	for _, p := range []string{"/assets/", "/assets/nope.js", "/assets/../index.html", "/index.html", "/graph.html", "/assets/assets/app.js"} {
+	for _, p := range []string{"/assets/", "/assets/nope.js", "/assets/../index.html", "/index.html", "/page.html", "/graph.html", "/assets/assets/app.js"} {
 		if code, body := send(t, e, "GET", p, ""); code != http.StatusNotFound && code != http.StatusMovedPermanently {
 			t.Errorf("GET %s: %d %.80q, want 404 (or a redirect of a path to clean)", p, code, body)
 		}
