@@ -174,3 +174,47 @@ func TestCheckpointTimeoutEndsAStuckAlignment(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckpointAlignmentTime: a source subtask stalls for 300 ms while a
+// checkpoint is in flight (no alignment timeout, a long checkpoint
+// timeout), so the sink waits for its barrier that long; the checkpoint
+// completes once the stall ends and reports, in its CheckpointInfo, the
+// time its barriers took to align. In a synctest bubble the wait is exact.
+func TestCheckpointAlignmentTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const stallFor = 300 * time.Millisecond
+		stall := chaos.NewStall(1, 100)
+		var mu sync.Mutex
+		var longest time.Duration
+		listen := func(ev runtime.Event) {
+			if ev.Kind == runtime.EventCheckpointCompleted {
+				mu.Lock()
+				longest = max(longest, ev.Checkpoint.Alignment)
+				mu.Unlock()
+			}
+		}
+		j := runtime.NewJob(runtime.Options{Name: "aligned", DataDir: t.TempDir(), Registerer: prometheus.NewRegistry(), Listener: listen,
+			Checkpoint: runtime.CheckpointOptions{Interval: 10 * time.Millisecond, Timeout: 10 * time.Second}})
+		seq := chaos.StallSource(operators.NewSequence(operators.SequenceConfig{Rate: 10_000}), stall)
+		src := runtime.FromSource(j, "seq", seq, runtime.WithParallelism(2))
+		var sunk atomic.Int64
+		runtime.SinkTo(runtime.Rebalance(src, "spread"), "sink", operators.NewDiscard[operators.Event](&sunk))
+		done := make(chan error, 1)
+		go func() { done <- j.Run(t.Context()) }()
+		<-stall.Stalled()
+		time.Sleep(stallFor)
+		stall.Release()
+		time.Sleep(100 * time.Millisecond) // the held checkpoint completes, and later ones
+		j.Stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// The checkpoint in flight at the stall waited for it, less the
+		// time between the stall and its trigger (at most an interval).
+		if longest < stallFor-20*time.Millisecond || longest > stallFor+20*time.Millisecond {
+			t.Fatalf("longest alignment of a completed checkpoint %s, want about %s (the stall)", longest, stallFor)
+		}
+	})
+}

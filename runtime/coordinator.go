@@ -17,6 +17,9 @@ type ackMsg struct {
 	snaps []state.SubtaskSnapshot
 	err   error      // the checkpoint is declined: persisting failed, or an alignment was aborted
 	cause abortCause // of a decline
+	// aligned is how long the task waited for the barriers of its other
+	// inputs before it could snapshot (0: one input, or they came at once).
+	aligned time.Duration
 }
 
 // checkpointStore is what the coordinator needs of the checkpoint storage
@@ -50,6 +53,9 @@ type coordinator struct {
 	sources  []*task
 	acks     chan ackMsg // acks and declines
 	finished chan *task
+	// aligned is, per checkpoint in flight, the longest alignment its acks
+	// reported (CheckpointInfo.Alignment once it completes).
+	aligned map[barrier.CheckpointID]time.Duration
 }
 
 func newCoordinator(att *attempt, storage checkpointStore) *coordinator {
@@ -69,6 +75,7 @@ func (c *coordinator) setTasks(tasks []*task, next barrier.CheckpointID, initial
 		}
 	}
 	c.acks = make(chan ackMsg, 2*len(tasks))
+	c.aligned = map[barrier.CheckpointID]time.Duration{}
 	c.finished = make(chan *task, len(c.sources))
 	opts := c.att.job.opts
 	c.m = newCoordMachine(coordConfig{job: opts.Name, maxParallelism: opts.MaxParallelism, checkpoint: c.opts,
@@ -77,8 +84,10 @@ func (c *coordinator) setTasks(tasks []*task, next barrier.CheckpointID, initial
 
 // ack is called by a task after snapshotting; persists run on a goroutine
 // owned by the attempt, then the ack is delivered.
-func (c *coordinator) ack(ctx context.Context, t *task, id barrier.CheckpointID, snaps []state.SubtaskSnapshot, persists []func() error) {
-	send := func(err error) { c.send(ctx, ackMsg{id: id, task: t, snaps: snaps, err: err, cause: causeDeclined}) }
+func (c *coordinator) ack(ctx context.Context, t *task, id barrier.CheckpointID, snaps []state.SubtaskSnapshot, persists []func() error, aligned time.Duration) {
+	send := func(err error) {
+		c.send(ctx, ackMsg{id: id, task: t, snaps: snaps, err: err, cause: causeDeclined, aligned: aligned})
+	}
 	if len(persists) == 0 {
 		send(nil)
 		return
@@ -133,6 +142,9 @@ func (c *coordinator) run(ctx context.Context) {
 			if a.err != nil {
 				c.step(coordEvent{kind: coordDecline, id: a.id, err: a.err, cause: a.cause})
 				continue
+			}
+			if a.aligned > c.aligned[a.id] {
+				c.aligned[a.id] = a.aligned
 			}
 			ops := make([]ackedOp, len(a.task.chain.nodes))
 			for k, n := range a.task.chain.nodes {
@@ -203,7 +215,8 @@ func (c *coordinator) perform(a coordAction) {
 		}
 		log.Log(context.Background(), level, "checkpoint completed", "checkpoint", id, "duration", d, "bytes", a.size, "final", a.barrier.Final)
 		c.att.checkpointCompleted(id)
-		c.att.job.board.completed(a.barrier, d, a.size)
+		c.att.job.board.completed(a.barrier, d, a.size, c.aligned[id])
+		c.forgetAligned(id)
 		for _, t := range c.tasks {
 			t.mailbox.postComplete(id)
 		}
@@ -211,6 +224,7 @@ func (c *coordinator) perform(a coordAction) {
 			log.Warn("prune old checkpoints", "err", err)
 		}
 	case actAbort:
+		c.forgetAligned(id)
 		m.inProgress.Set(0)
 		m.checkpoints.WithLabelValues("failed").Inc()
 		m.aborts.WithLabelValues(string(a.cause)).Inc()
@@ -226,5 +240,15 @@ func (c *coordinator) perform(a coordAction) {
 		log.Info(a.reason)
 	case actFail:
 		c.att.fail(a.err)
+	}
+}
+
+// forgetAligned drops the alignment times of checkpoint id and older ones
+// (completed, aborted or subsumed: no ack of them counts any more).
+func (c *coordinator) forgetAligned(id barrier.CheckpointID) {
+	for k := range c.aligned {
+		if k <= id {
+			delete(c.aligned, k)
+		}
 	}
 }

@@ -113,7 +113,7 @@ func TestCoordinatorAbortsWhenTheMetadataCannotBeWritten(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); c.run(ctx) }()
 		defer func() { cancel(); <-done }()
-		c.ack(ctx, src, 1, []state.SubtaskSnapshot{{}}, nil)
+		c.ack(ctx, src, 1, []state.SubtaskSnapshot{{}}, nil, 0)
 		synctest.Wait()
 		n := src.mailbox.take()
 		if n.trigger == nil || n.trigger.ID != 1 || !n.hasAborted || n.aborted != 1 || n.hasDone {

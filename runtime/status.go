@@ -61,7 +61,11 @@ type CheckpointInfo struct {
 	Completed time.Time     // completed checkpoints
 	Duration  time.Duration // completed: trigger to completion
 	Size      int64         // completed: bytes of its files, the metadata (holding operator state) and the state files
-	Aborted   time.Time     // aborted checkpoints
+	// Alignment, of a completed checkpoint, is the longest a subtask waited
+	// between the first and the last barrier of its inputs (0 when no
+	// subtask had to wait).
+	Alignment time.Duration
+	Aborted   time.Time // aborted checkpoints
 	// Err is why an aborted checkpoint was aborted (an
 	// *AlignmentTimeoutError names the slow inputs).
 	Err error
@@ -325,9 +329,11 @@ func (b *statusBoard) triggered(br barrier.Barrier) {
 	b.change(Event{Kind: EventCheckpointTriggered, Checkpoint: info}, func(st *JobStatus) { st.InFlight = &info })
 }
 
-// completed records checkpoint br completed after d, with size bytes.
-func (b *statusBoard) completed(br barrier.Barrier, d time.Duration, size int64) {
-	info := CheckpointInfo{ID: br.ID, Final: br.Final, Triggered: br.Time, Completed: br.Time.Add(d), Duration: d, Size: size}
+// completed records checkpoint br completed after d, with size bytes, its
+// longest alignment having taken aligned.
+func (b *statusBoard) completed(br barrier.Barrier, d time.Duration, size int64, aligned time.Duration) {
+	info := CheckpointInfo{ID: br.ID, Final: br.Final, Triggered: br.Time, Completed: br.Time.Add(d), Duration: d, Size: size,
+		Alignment: aligned}
 	b.change(Event{Kind: EventCheckpointCompleted, Checkpoint: info}, func(st *JobStatus) {
 		st.LastCompleted, st.InFlight = &info, nil
 		st.Completed++

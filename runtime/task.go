@@ -205,11 +205,13 @@ func (t *task) perform(ctx context.Context, acts []barrier.Action) error {
 		case barrier.Resume:
 			t.gate.unblockAll()
 		case barrier.Snapshot:
+			var aligned time.Duration
 			if !t.alignAt.IsZero() {
-				t.att.job.metrics.alignment(time.Since(t.alignAt))
+				aligned = time.Since(t.alignAt)
+				t.att.job.metrics.alignment(aligned)
 				t.alignAt = time.Time{}
 			}
-			if err := t.checkpoint(ctx, a.Barrier); err != nil {
+			if err := t.checkpoint(ctx, a.Barrier, aligned); err != nil {
 				return err
 			}
 		case barrier.Abort:
@@ -245,8 +247,9 @@ func (t *task) finish(ctx context.Context) error {
 	return nil
 }
 
-// checkpoint snapshots every link for barrier b, forwards b and acks.
-func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
+// checkpoint snapshots every link for barrier b, forwards b and acks,
+// telling how long the barriers took to align.
+func (t *task) checkpoint(ctx context.Context, b barrier.Barrier, aligned time.Duration) error {
 	start := time.Now()
 	snaps := make([]state.SubtaskSnapshot, len(t.links))
 	var persists []func() error
@@ -288,7 +291,7 @@ func (t *task) checkpoint(ctx context.Context, b barrier.Barrier) error {
 		t.final = &id
 	}
 	t.att.job.metrics.syncSeconds.Observe(time.Since(start).Seconds())
-	t.att.coord.ack(ctx, t, b.ID, snaps, persists)
+	t.att.coord.ack(ctx, t, b.ID, snaps, persists, aligned)
 	return nil
 }
 
@@ -334,7 +337,7 @@ func (t *task) handleMailbox() (done bool, err error) {
 		}
 	}
 	if n.trigger != nil {
-		if err := t.checkpoint(t.att.ctx, *n.trigger); err != nil {
+		if err := t.checkpoint(t.att.ctx, *n.trigger, 0); err != nil {
 			return false, err
 		}
 	}

@@ -148,12 +148,11 @@ type checkpointEvent struct {
 	Final     bool      `json:"final,omitempty"`
 	Triggered time.Time `json:"triggered,omitzero"`
 	Completed time.Time `json:"completed,omitzero"`
-	// DurationMS and SizeBytes are set for a completed checkpoint.
-	DurationMS *float64 `json:"duration_ms,omitempty"`
-	SizeBytes  *int64   `json:"size_bytes,omitempty"`
-	// AlignmentMS is the time its barriers took to align, when the
-	// runtime reports it (not yet: always null).
-	AlignmentMS *float64 `json:"alignment_ms"`
+	// DurationMS, SizeBytes and AlignmentMS (the longest a subtask waited
+	// for its inputs' barriers to align) are set for a completed checkpoint.
+	DurationMS  *float64 `json:"duration_ms,omitempty"`
+	SizeBytes   *int64   `json:"size_bytes,omitempty"`
+	AlignmentMS *float64 `json:"alignment_ms,omitempty"`
 	Error       string   `json:"error,omitempty"` // why it was aborted
 }
 
@@ -192,8 +191,8 @@ func (d *dashboard) listen(job string, ev runtime.Event) {
 	e.Status, e.Final, e.Triggered = status, c.Final, c.Triggered
 	switch ev.Kind {
 	case runtime.EventCheckpointCompleted:
-		ms, size := millis(c.Duration), c.Size
-		e.Completed, e.DurationMS, e.SizeBytes = c.Completed, &ms, &size
+		ms, size, aligned := millis(c.Duration), c.Size, millis(c.Alignment)
+		e.Completed, e.DurationMS, e.SizeBytes, e.AlignmentMS = c.Completed, &ms, &size, &aligned
 	case runtime.EventCheckpointAborted:
 		e.Completed = ev.Time
 		if ev.Err != nil {

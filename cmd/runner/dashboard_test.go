@@ -194,7 +194,7 @@ func TestCheckpointHistoryRing(t *testing.T) {
 		t.Fatalf("in progress: %+v", got)
 	}
 	done := info(0)
-	done.Completed, done.Duration, done.Size = done.Triggered.Add(30*time.Millisecond), 30*time.Millisecond, 4096
+	done.Completed, done.Duration, done.Size, done.Alignment = done.Triggered.Add(30*time.Millisecond), 30*time.Millisecond, 4096, 7*time.Millisecond
 	d.listen("j", runtime.Event{Kind: runtime.EventCheckpointCompleted, Checkpoint: done})
 	d.listen("j", runtime.Event{Kind: runtime.EventCheckpointTriggered, Checkpoint: info(1)})
 	d.listen("j", runtime.Event{Kind: runtime.EventCheckpointAborted, Checkpoint: info(1), Time: t0.Add(time.Minute),
@@ -204,7 +204,7 @@ func TestCheckpointHistoryRing(t *testing.T) {
 	got := d.checkpoints("j")
 	if len(got) != 3 || got[0].Attempt != 1 || got[0].Error != "make folder: no space" ||
 		got[1].Status != "aborted" || got[1].Error != "checkpoint 1 timed out after 10m0s" || !got[1].Completed.Equal(t0.Add(time.Minute)) ||
-		got[2].Status != "completed" || *got[2].DurationMS != 30 || *got[2].SizeBytes != 4096 || got[2].AlignmentMS != nil {
+		got[2].Status != "completed" || *got[2].DurationMS != 30 || *got[2].SizeBytes != 4096 || *got[2].AlignmentMS != 7 {
 		t.Fatalf("history %+v", got)
 	}
 	for id := 2; id < 2+checkpointHistory; id++ {
