@@ -179,7 +179,8 @@ func TestCheckpointTimeoutEndsAStuckAlignment(t *testing.T) {
 // checkpoint is in flight (no alignment timeout, a long checkpoint
 // timeout), so the sink waits for its barrier that long; the checkpoint
 // completes once the stall ends and reports, in its CheckpointInfo, the
-// time its barriers took to align. In a synctest bubble the wait is exact.
+// time its barriers took to align; while it is held, the status names the
+// subtasks it waits for. In a synctest bubble the wait is exact.
 func TestCheckpointAlignmentTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const stallFor = 300 * time.Millisecond
@@ -203,6 +204,12 @@ func TestCheckpointAlignmentTime(t *testing.T) {
 		go func() { done <- j.Run(t.Context()) }()
 		<-stall.Stalled()
 		time.Sleep(stallFor)
+		// The checkpoint in flight waits for the stalled source subtask
+		// (it never took the trigger) and the sink (aligning), not for the
+		// source that acknowledged.
+		if in := j.Status().InFlight; in == nil || !slices.Equal(in.Waiting, []string{"seq (2/2)", "spread -> sink (1/1)"}) {
+			t.Errorf("in flight during the stall: %+v, want it waiting for seq (2/2) and the sink", in)
+		}
 		stall.Release()
 		time.Sleep(100 * time.Millisecond) // the held checkpoint completes, and later ones
 		j.Stop()

@@ -146,6 +146,7 @@ func (c *coordinator) run(ctx context.Context) {
 			if a.aligned > c.aligned[a.id] {
 				c.aligned[a.id] = a.aligned
 			}
+			c.att.job.board.acked(a.id, a.task.name())
 			ops := make([]ackedOp, len(a.task.chain.nodes))
 			for k, n := range a.task.chain.nodes {
 				ops[k] = ackedOp{uid: n.uid, parallelism: n.parallelism, snap: a.snaps[k]}
@@ -193,7 +194,11 @@ func (c *coordinator) perform(a coordAction) {
 		for _, s := range c.sources {
 			s.mailbox.postTrigger(a.barrier)
 		}
-		c.att.job.board.triggered(a.barrier)
+		waiting := make([]string, len(c.tasks))
+		for i, t := range c.tasks {
+			waiting[i] = t.name()
+		}
+		c.att.job.board.triggered(a.barrier, waiting)
 	case actPersist:
 		size, err := c.storage.Complete(a.md)
 		c.step(coordEvent{kind: coordPersisted, id: a.md.ID, size: size, err: err})

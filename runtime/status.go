@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,10 @@ type CheckpointInfo struct {
 	// between the first and the last barrier of its inputs (0 when no
 	// subtask had to wait).
 	Alignment time.Duration
-	Aborted   time.Time // aborted checkpoints
+	// Waiting, of a checkpoint in flight, names the subtasks whose
+	// acknowledgement has not arrived yet ("chain (i/p)"), in plan order.
+	Waiting []string
+	Aborted time.Time // aborted checkpoints
 	// Err is why an aborted checkpoint was aborted (an
 	// *AlignmentTimeoutError names the slow inputs).
 	Err error
@@ -323,10 +327,23 @@ func (b *statusBoard) status() JobStatus {
 // to call from any goroutine, before, during and after Run.
 func (j *Job) Status() JobStatus { return j.board.status() }
 
-// triggered records checkpoint b in flight.
-func (b *statusBoard) triggered(br barrier.Barrier) {
-	info := CheckpointInfo{ID: br.ID, Final: br.Final, Triggered: br.Time}
+// triggered records checkpoint b in flight, waiting for the acks of tasks.
+func (b *statusBoard) triggered(br barrier.Barrier, tasks []string) {
+	info := CheckpointInfo{ID: br.ID, Final: br.Final, Triggered: br.Time, Waiting: tasks}
 	b.change(Event{Kind: EventCheckpointTriggered, Checkpoint: info}, func(st *JobStatus) { st.InFlight = &info })
+}
+
+// acked records that task acknowledged checkpoint id (no event: the
+// listener hears of the checkpoint's end). Waiting is replaced, never
+// changed in place: a status handed out shares it.
+func (b *statusBoard) acked(id barrier.CheckpointID, task string) {
+	b.change(Event{}, func(st *JobStatus) {
+		if c := st.InFlight; c != nil && c.ID == id {
+			in := *c
+			in.Waiting = slices.DeleteFunc(slices.Clone(c.Waiting), func(w string) bool { return w == task })
+			st.InFlight = &in
+		}
+	})
 }
 
 // completed records checkpoint br completed after d, with size bytes, its

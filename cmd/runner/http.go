@@ -364,6 +364,9 @@ type checkpointStatus struct {
 	Completed  time.Time `json:"completed,omitzero"`
 	DurationMS *float64  `json:"duration_ms,omitempty"`
 	SizeBytes  *int64    `json:"size_bytes,omitempty"`
+	// Waiting: of the checkpoint in flight, the subtasks that have not
+	// acknowledged it yet ("chain (i/p)").
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // taskInfo is the progress of one subtask.
@@ -417,7 +420,7 @@ func (r *runner) status(j *build.Job) jobStatus {
 			DurationMS: &ms, SizeBytes: &size}
 	}
 	if c := rs.InFlight; c != nil {
-		st.InFlight = &checkpointStatus{ID: uint64(c.ID), Final: c.Final, Triggered: c.Triggered}
+		st.InFlight = &checkpointStatus{ID: uint64(c.ID), Final: c.Final, Triggered: c.Triggered, Waiting: c.Waiting}
 	}
 	for _, t := range rs.Tasks {
 		st.Tasks = append(st.Tasks, taskInfo{Chain: t.Chain, Operators: t.Operators, Subtask: t.Subtask, Source: t.Source, State: string(t.State),

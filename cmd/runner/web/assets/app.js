@@ -319,10 +319,12 @@
       const done = hist.checkpoints.filter((c) => c.status === "completed");
       const points = done.map((c) => [new Date(c.completed).getTime(), c.duration_ms]).reverse();
       const inFlight = j.checkpoint_in_flight ? String(j.checkpoint_in_flight.id) : "none";
+      const waiting = (j.checkpoint_in_flight && j.checkpoint_in_flight.waiting) || [];
       out.push(section("Checkpoints of " + j.name,
         el("p", { class: "summary", "data-job": j.name },
           "last completed ", el("strong", { "data-field": "last_checkpoint" }, j.last_checkpoint === undefined ? NA : String(j.last_checkpoint)),
           " · in flight ", el("span", { "data-field": "in_flight" }, inFlight),
+          waiting.length ? el("span", { "data-field": "waiting" }, " (waiting for " + waiting.join(", ") + ")") : null,
           " · completed in this run ", el("span", { "data-field": "checkpoints_completed" }, int(j.checkpoints_completed)),
           " · aborted (of the last " + hist.capacity + ") ", el("span", { "data-field": "aborted" },
             int(hist.checkpoints.filter((c) => c.status === "aborted").length)),
