@@ -50,7 +50,10 @@ func (p *producer) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("new producer: %w", err)
 	}
-	defer cl.Close()
+	defer func() {
+		settle(cl)
+		cl.Close()
+	}()
 	parts, err := p.ensureTopic(ctx, kadm.NewClient(cl))
 	if err != nil {
 		return stopped(ctx, err)
@@ -111,6 +114,17 @@ func (p *producer) run(ctx context.Context) error {
 		p.log.Info("datagen finished", "records", p.spec.Count)
 	}
 	return mu.err
+}
+
+// settle waits until no record of cl is in flight: each is written and
+// acknowledged, or failed because the run's context ended before it was
+// sent. A stopped run must not leave a produce request that the broker
+// applies after the next run's resume read the end offsets: that run would
+// write the record again.
+func settle(cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), resumeTimeout)
+	defer cancel()
+	_ = cl.Flush(ctx) // past the timeout the broker is gone; the next resume reads what it holds
 }
 
 // createTopic makes sure the topic exists.
