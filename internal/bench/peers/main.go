@@ -201,14 +201,19 @@ func (b *bench) runOne(ctx context.Context, s system, round int) (result, error)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return result{}, fmt.Errorf("%v: %w", cmd.Args, err)
+	}
+	peak := watchPeakRSS(cmd.Process.Pid)
+	err = cmd.Wait()
+	wall := time.Since(start)
+	if err != nil {
 		return result{}, fmt.Errorf("%v: %w\n%s", cmd.Args, err, tail(out.String(), 40))
 	}
-	wall := time.Since(start)
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	r := result{system: s.name, wall: wall, records: b.records,
 		cpu:    time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		maxRSS: ru.Maxrss << 10}
+		maxRSS: peak()}
 	if read != nil {
 		got, err := read()
 		if err != nil {
@@ -701,4 +706,39 @@ func readResultFile(path string) (map[string]agg, error) {
 		got[user] = a
 	}
 	return got, nil
+}
+
+// watchPeakRSS polls the high-water mark of a child's resident set
+// (VmHWM in /proc/<pid>/status) until the returned function is called after
+// the child was waited for, and returns the last value read. rusage's
+// ru_maxrss cannot serve: it survives exec, so a child started by this
+// (large) process reports this process's size when it is larger.
+func watchPeakRSS(pid int) func() int64 {
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		path := fmt.Sprintf("/proc/%d/status", pid)
+		for {
+			if data, err := os.ReadFile(path); err == nil {
+				for line := range strings.Lines(string(data)) {
+					if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+						kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+						peak.Store(max(peak.Load(), kb<<10))
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int64 {
+		close(stop)
+		<-done
+		return peak.Load()
+	}
 }
