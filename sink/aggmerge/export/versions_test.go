@@ -320,17 +320,9 @@ func retained(t *testing.T, dir, job string) []uint64 {
 // late reads them all; the data dir keeps the newest; the versions topic
 // is compacted, with one partition.
 func TestVersionsFollowCheckpoints(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	dir := t.TempDir()
-	tbl, err := aggmerge.Open(filepath.Join(dir, "table"), crashSchema(), aggmerge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	topic := kafkatest.TopicName(t, brokers)
-	cfg := Config{Table: tbl, Name: "totals", Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
-		CheckpointInterval: 50 * time.Millisecond, Writers: []string{"v/table#0"}, VersionsFile: filepath.Join(dir, "versions.json"),
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	brokers, dir, tbl, cfg := versionsSetup(t, "v/table#0")
+	topic := cfg.Topic
+	cfg.VersionsFile, cfg.Logger = filepath.Join(dir, "versions.json"), slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	run := func(job versionJob, stop func(*Exporter) bool) Version {
 		x, stopX := startExporter(t, cfg)
 		defer func() {
@@ -441,16 +433,8 @@ func TestVersionsFollowCheckpoints(t *testing.T) {
 // checkpoint cut of that job's input; while one job is idle, versions
 // follow the other's checkpoints.
 func TestVersionsTwoWriters(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	dir := t.TempDir()
-	tbl, err := aggmerge.Open(filepath.Join(dir, "table"), crashSchema(), aggmerge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	topic := kafkatest.TopicName(t, brokers)
-	cfg := Config{Table: tbl, Name: "totals", Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
-		CheckpointInterval: 50 * time.Millisecond, Writers: []string{"a/table#0", "b/table#0"}}
+	brokers, dir, tbl, cfg := versionsSetup(t, "a/table#0", "b/table#0")
+	topic := cfg.Topic
 	x, stopX := startExporter(t, cfg)
 	a := versionJob{name: "a", cols: []string{"total", "n"}}
 	b := versionJob{name: "b", cols: []string{"top", "last"}}
@@ -538,16 +522,8 @@ func TestVersionsTwoWriters(t *testing.T) {
 // (they commit together). Then the transaction fails: its records and its
 // version vanish together, and the next session publishes them again.
 func TestVersionCommitsWithItsChangelog(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	dir := t.TempDir()
-	tbl, err := aggmerge.Open(filepath.Join(dir, "table"), crashSchema(), aggmerge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	topic := kafkatest.TopicName(t, brokers)
-	cfg := Config{Table: tbl, Name: "totals", Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
-		CheckpointInterval: 50 * time.Millisecond}
+	brokers, dir, tbl, cfg := versionsSetup(t)
+	topic := cfg.Topic
 	cfg.setDefaults()
 	x, err := New(cfg)
 	if err != nil {
@@ -643,4 +619,21 @@ func TestVersionCommitsWithItsChangelog(t *testing.T) {
 		checkCut(t, fmt.Sprintf("version %d", v.Version), replay(recs, v.EndOffsets), []string{"total", "n", "top", "last"})
 	}
 	sameMaps(t, replay(recs, vs[len(vs)-1].EndOffsets), tableJSON(t, tbl))
+}
+
+// versionsSetup opens a table of crashSchema in a temporary dir (closed at
+// the end of the test) and returns the Config of its committed exporter to
+// a fresh topic, with 50 ms checkpoints and the given writers.
+func versionsSetup(t *testing.T, writers ...string) (brokers []string, dir string, tbl *aggmerge.Table, cfg Config) {
+	t.Helper()
+	brokers = kafkatest.Brokers(t)
+	dir = t.TempDir()
+	tbl, err := aggmerge.Open(filepath.Join(dir, "table"), crashSchema(), aggmerge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	cfg = Config{Table: tbl, Name: "totals", Topic: kafkatest.TopicName(t, brokers), Kafka: kafka.Connection{Brokers: brokers},
+		CheckpointInterval: 50 * time.Millisecond, Writers: writers}
+	return brokers, dir, tbl, cfg
 }
