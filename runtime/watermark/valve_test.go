@@ -19,7 +19,7 @@ import (
 //
 // Watermarks are plain integers (or min, max). Each event prints what the
 // output did: "advance <w>", "idle", "active", or "(no change)". Rewrite the
-// expected output with `go test ./watermark -run TestValve -rewrite`, then
+// expected output with `go test ./runtime/watermark -run TestValve -rewrite`, then
 // review the diff line by line.
 func TestValve(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
