@@ -161,6 +161,15 @@ type (
 // +U, -D) rather than plain ones.
 func (f Format) Changelog() bool { return f == FormatUpsertJSON || f == FormatDebeziumJSON }
 
+// TopicNames names what the source reads, for lineage: its topics, or its
+// topic_pattern between slashes ("/orders-.*/").
+func (k *KafkaSource) TopicNames() []string {
+	if k.TopicPattern != "" {
+		return []string{"/" + k.TopicPattern + "/"}
+	}
+	return k.Topics
+}
+
 // The values of the enumerations that code compares against.
 const (
 	FormatJSON         Format = "json"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
-	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -116,11 +116,17 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	writerIDs := map[string][]string{}      // table -> ids of the sink subtasks writing it
 	var names []string
 	e.ups.mu.Lock()
-	e.ups.mu.want = map[string]int{}
+	e.ups.mu.want, e.ups.mu.other, e.ups.mu.topic = map[string]int{}, map[string]bool{}, map[string][]string{}
 	for _, p := range ps {
+		job := p.Spec.Job.Name
 		for _, s := range p.Spec.Sources {
 			if s.Kafka != nil && s.Kafka.Format.Changelog() {
-				e.ups.mu.want[p.Spec.Job.Name]++
+				e.ups.mu.want[job]++
+				continue
+			}
+			e.ups.mu.other[job] = true
+			if s.Kafka != nil {
+				e.ups.mu.topic[job] = append(e.ups.mu.topic[job], s.Kafka.TopicNames()...)
 			}
 		}
 	}
@@ -389,6 +395,8 @@ type upstreams struct {
 	mu struct {
 		sync.Mutex
 		want  map[string]int                         // job → its changelog sources
+		other map[string]bool                        // job → it has other sources
+		topic map[string][]string                    // job → its other sources' Kafka topics
 		byJob map[string]map[string]*export.Upstream // job → source → tracker
 	}
 }
@@ -407,24 +415,29 @@ func (e *Env) addUpstream(job, source string, u *export.Upstream) {
 	e.ups.mu.byJob[job][source] = u
 }
 
-// upstream is the exporters' export.UpstreamFunc: the upstream versions
-// that job's changelog sources had consumed completely at checkpoint. It
-// cannot tell (ok false) until every changelog source of the job is built.
-func (e *Env) upstream(ctx context.Context, job string, checkpoint uint64) ([]changelogfmt.UpstreamVersion, bool, error) {
+// upstream is the exporters' export.UpstreamFunc: what job's sources had
+// consumed at checkpoint (the upstream versions its changelog sources had
+// consumed completely, and their least event time). It cannot tell (ok
+// false) until every changelog source of the job is built.
+func (e *Env) upstream(ctx context.Context, job string, checkpoint uint64) (export.Inputs, bool, error) {
 	e.ups.mu.Lock()
 	srcs := slices.Collect(maps.Values(e.ups.mu.byJob[job]))
-	want := e.ups.mu.want[job]
+	want, other, topics := e.ups.mu.want[job], e.ups.mu.other[job], e.ups.mu.topic[job]
 	e.ups.mu.Unlock()
 	if len(srcs) < want {
-		return nil, false, nil
+		return export.Inputs{}, false, nil
 	}
-	var out []changelogfmt.UpstreamVersion
+	out := export.Inputs{Changelogs: want > 0, Others: other, Sources: topics, UpstreamEventTimeMs: math.MaxInt64}
 	for _, u := range srcs {
-		ups, ok, err := u.Consumed(ctx, checkpoint)
+		in, ok, err := u.Consumed(ctx, checkpoint)
 		if err != nil || !ok {
-			return nil, false, err
+			return export.Inputs{}, false, err
 		}
-		out = append(out, ups...)
+		out.Upstream = append(out.Upstream, in.Upstream...)
+		out.UpstreamEventTimeMs = min(out.UpstreamEventTimeMs, in.UpstreamEventTimeMs)
+	}
+	if !out.Changelogs {
+		out.UpstreamEventTimeMs = 0
 	}
 	return out, true, nil
 }

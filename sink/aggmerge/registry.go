@@ -37,6 +37,10 @@ type Registration struct {
 	// Committed says that Checkpoint is set.
 	Committed  bool   `json:"committed,omitempty"`
 	Checkpoint uint64 `json:"checkpoint,omitempty"`
+	// EventTimeMs is the event time the writer's input had reached at
+	// Checkpoint (its watermark, in Unix milliseconds: every on-time record
+	// at or before it is in the checkpoint), 0 when unknown.
+	EventTimeMs int64 `json:"event_time_ms,omitempty"`
 }
 
 const metaWriterPrefix = "writer/"
@@ -85,14 +89,16 @@ func (t *Table) Register(job, writer string, columns []string) (uint64, error) {
 	return reg.Epoch, nil
 }
 
-// RecordCheckpoint records checkpoint as the last one w committed
-// (unsynced: a crash keeps the one before). An older epoch is ErrFenced.
-func (t *Table) RecordCheckpoint(w Writer, checkpoint uint64) error {
+// RecordCheckpoint records checkpoint as the last one w committed, with
+// the event time its input had reached there (Registration.EventTimeMs;
+// 0: unknown), unsynced: a crash keeps the one before. An older epoch is
+// ErrFenced.
+func (t *Table) RecordCheckpoint(w Writer, checkpoint uint64, eventTimeMs int64) error {
 	return t.updateWriter(w.ID, func(r *Registration) error {
 		if w.Epoch < r.Epoch {
 			return fmt.Errorf("%w (epoch %d, registered %d)", ErrFenced, w.Epoch, r.Epoch)
 		}
-		r.Committed, r.Checkpoint = true, checkpoint
+		r.Committed, r.Checkpoint, r.EventTimeMs = true, checkpoint, max(eventTimeMs, 0)
 		return nil
 	}, pebble.NoSync)
 }
@@ -102,7 +108,7 @@ func (t *Table) RecordCheckpoint(w Writer, checkpoint uint64) error {
 // written nor committed a checkpoint.
 func (t *Table) ForgetWrites(writer string) error {
 	return t.updateWriter(writer, func(r *Registration) error {
-		r.Wrote, r.Committed, r.Checkpoint = false, false, 0
+		r.Wrote, r.Committed, r.Checkpoint, r.EventTimeMs = false, false, 0, 0
 		return nil
 	}, pebble.Sync)
 }

@@ -127,18 +127,18 @@ func TestRegistryRecordsWrites(t *testing.T) {
 	if r := reg(); !r.Wrote || r.Committed {
 		t.Fatalf("after a write: %+v, want wrote and no checkpoint", r)
 	}
-	if err := tbl.RecordCheckpoint(w, 7); err != nil {
+	if err := tbl.RecordCheckpoint(w, 7, 1700); err != nil {
 		t.Fatal(err)
 	}
-	if err := tbl.RecordCheckpoint(Writer{ID: w.ID, Epoch: epoch - 1}, 9); !errors.Is(err, ErrFenced) {
+	if err := tbl.RecordCheckpoint(Writer{ID: w.ID, Epoch: epoch - 1}, 9, 0); !errors.Is(err, ErrFenced) {
 		t.Fatalf("checkpoint of an older epoch: %v, want ErrFenced", err)
 	}
 	_ = tbl.Close()
 	if tbl, err = Open(dir, smallSchema(), Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if r := reg(); !r.Wrote || !r.Committed || r.Checkpoint != 7 {
-		t.Fatalf("after a reopen: %+v, want wrote, checkpoint 7", r)
+	if r := reg(); !r.Wrote || !r.Committed || r.Checkpoint != 7 || r.EventTimeMs != 1700 {
+		t.Fatalf("after a reopen: %+v, want wrote, checkpoint 7 at event time 1700", r)
 	}
 	if w.Epoch, err = tbl.Register("job-a", w.ID, []string{"n"}); err != nil {
 		t.Fatal(err)

@@ -62,9 +62,17 @@ type Version struct {
 	// Upstream are, per changelog the writing jobs read, the newest
 	// version of it they had consumed completely at their checkpoint.
 	Upstream []UpstreamVersion `json:"upstream"`
+	// Sources are the Kafka topics other than changelogs that the writing
+	// jobs read (lineage: with Upstream, what the version is derived from),
+	// sorted; absent when they read none.
+	Sources []string `json:"sources,omitempty"`
 	// EventTimeMs is the newest source event time the version covers, in
-	// milliseconds since the epoch: 0 for now (the sources' event time
-	// does not reach the exporter yet).
+	// milliseconds since the epoch: every on-time input record with an
+	// event time at or before it is in the version. For a job reading
+	// sources with event time it is its sinks' watermark at the
+	// checkpoint; for one reading changelogs, the least event time of the
+	// upstream versions it includes; the least over the writers. 0:
+	// unknown (docs/CONSISTENCY.md).
 	EventTimeMs int64 `json:"event_time_ms"`
 	// CommitTime is when the exporter wrote the version, just before it
 	// committed the transaction.
@@ -163,11 +171,11 @@ func DecodeVersion(r *kgo.Record) (Version, error) {
 }
 
 // SameContent reports whether a and b name the same writer checkpoints,
-// upstream versions and end offsets: a version equal to the last one
+// upstream versions, sources, event time and end offsets: a version equal to the last one
 // published need not be published again.
 func (v *Version) SameContent(o *Version) bool {
 	return slices.Equal(v.EndOffsets, o.EndOffsets) && slices.Equal(v.Writers, o.Writers) &&
-		slices.Equal(v.Upstream, o.Upstream) && v.EventTimeMs == o.EventTimeMs
+		slices.Equal(v.Upstream, o.Upstream) && v.EventTimeMs == o.EventTimeMs && slices.Equal(v.Sources, o.Sources)
 }
 
 func recordHeader(r *kgo.Record, name string) []byte {

@@ -96,7 +96,7 @@ func (w *benchWriter) checkpoint(b *testing.B) {
 		b.Fatal(err)
 	}
 	w.b.Reset()
-	if err := w.tbl.RecordCheckpoint(w.w, w.ckpt); err != nil {
+	if err := w.tbl.RecordCheckpoint(w.w, w.ckpt, 0); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -60,6 +60,9 @@ func New(cfg Config) (*Exporter, error) {
 	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(), txnID: cfg.TransactionalID,
 		codec: codec, topic: cfg.Topic, now: cfg.Now}
 	x.former = slices.DeleteFunc(slices.Clone(cfg.FormerTransactionalIDs), func(id string) bool { return id == cfg.TransactionalID })
+	if err := cfg.Registerer.Register(newFreshnessMetric(x)); err != nil {
+		return nil, fmt.Errorf("changelog exporter: register metrics: %w", err)
+	}
 	x.mu.retain = make([]uint64, x.buckets)
 	x.mu.done = make([]uint64, x.buckets)
 	// Hold the log from its start at once, before a writer's retention may

@@ -39,3 +39,29 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 	}
 	return m, errors.Join(errs...)
 }
+
+// freshnessMetric is ebbflow_table_freshness_seconds: now minus the event
+// time the exporter's last version covers (Freshness); absent while that
+// is unknown.
+type freshnessMetric struct {
+	desc *prometheus.Desc
+	x    *Exporter
+}
+
+func newFreshnessMetric(x *Exporter) freshnessMetric {
+	return freshnessMetric{x: x, desc: prometheus.NewDesc("ebbflow_table_freshness_seconds",
+		"Now minus the newest source event time the table's last version covers (absent while it covers none).",
+		nil, prometheus.Labels{"table": x.cfg.Name})}
+}
+
+func (f freshnessMetric) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+
+func (f freshnessMetric) Collect(ch chan<- prometheus.Metric) {
+	v, ok := f.x.LastVersion()
+	if !ok {
+		return
+	}
+	if d, ok := Freshness(f.x.cfg.Now(), &v); ok {
+		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, d.Seconds())
+	}
+}

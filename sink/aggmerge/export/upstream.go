@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -193,42 +194,51 @@ func NewUpstream(conn kafka.Connection, positions *kafka.Positions, versionsTopi
 	return u, nil
 }
 
-// Consumed returns the upstream versions consumed completely at
-// checkpoint, sorted by topic; ok is false when the positions of that
-// checkpoint are not known in this process (see kafka.Positions.At).
-func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) ([]changelogfmt.UpstreamVersion, bool, error) {
+// Consumed returns what the source had consumed at checkpoint: the
+// upstream versions consumed completely, sorted by topic, and the least
+// of their event times over the topics read (0 when one topic has no
+// version consumed, or none at all is read yet); ok is false when the
+// positions of that checkpoint are not known in this process (see
+// kafka.Positions.At).
+func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) (Inputs, bool, error) {
 	at, ok := u.positions.At(barrier.CheckpointID(checkpoint))
 	if !ok {
-		return nil, false, nil
+		return Inputs{}, false, nil
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.mu.closed {
-		return nil, false, errors.New("upstream versions: closed")
+		return Inputs{}, false, errors.New("upstream versions: closed")
 	}
-	var out []changelogfmt.UpstreamVersion
+	in := Inputs{Changelogs: true}
+	if len(at) > 0 {
+		in.UpstreamEventTimeMs = math.MaxInt64
+	}
 	for _, topic := range slices.Sorted(maps.Keys(at)) {
 		r := u.mu.readers[topic]
 		if r == nil {
 			var err error
 			if r, err = newVersionsReader(u.conn, u.versionsTopicOf(topic), upstreamKept); err != nil {
-				return nil, false, err
+				return Inputs{}, false, err
 			}
 			u.mu.readers[topic] = r
 		}
 		if err := r.catchUp(ctx, upstreamSettle); err != nil {
-			return nil, false, err
+			return Inputs{}, false, err
 		}
 		pos := at[topic]
+		eventTime := int64(0) // none consumed
 		for i := len(r.list) - 1; i >= 0; i-- {
 			v := &r.list[i]
 			if v.Topic == topic && v.Covers(func(p int32) int64 { return pos[p] }) {
-				out = append(out, changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version})
+				in.Upstream = append(in.Upstream, changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version})
+				eventTime = v.EventTimeMs
 				break
 			}
 		}
+		in.UpstreamEventTimeMs = min(in.UpstreamEventTimeMs, eventTime)
 	}
-	return out, true, nil
+	return in, true, nil
 }
 
 // Positions returns the positions it reads.

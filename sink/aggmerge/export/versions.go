@@ -8,14 +8,18 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/state"
 )
@@ -24,11 +28,46 @@ import (
 // doc).
 type Version = changelogfmt.Version
 
-// UpstreamFunc tells which upstream versions job had consumed completely
-// at its completed checkpoint (see Config.Upstream). ok is false while it
-// cannot tell yet (the job's sources have not opened, or have not
-// snapshotted that checkpoint in this process): the version waits.
-type UpstreamFunc func(ctx context.Context, job string, checkpoint uint64) (ups []changelogfmt.UpstreamVersion, ok bool, err error)
+// UpstreamFunc tells what job had consumed of its inputs at its completed
+// checkpoint (see Config.Upstream). ok is false while it cannot tell yet
+// (the job's sources have not opened, or have not snapshotted that
+// checkpoint in this process): the version waits.
+type UpstreamFunc func(ctx context.Context, job string, checkpoint uint64) (in Inputs, ok bool, err error)
+
+// Inputs is what a job's checkpoint had consumed of its inputs.
+type Inputs struct {
+	// Upstream are, per changelog the job reads, the newest version of it
+	// consumed completely.
+	Upstream []changelogfmt.UpstreamVersion
+	// Changelogs says that the job reads changelogs. UpstreamEventTimeMs
+	// is then the least event time of the versions it consumed completely,
+	// over every changelog it reads: 0 (unknown) when it has consumed no
+	// version of one, or one without event time.
+	Changelogs          bool
+	UpstreamEventTimeMs int64
+	// Others says that the job also reads other inputs: their event time is
+	// the watermark of its writers (aggmerge.Registration.EventTimeMs).
+	// Sources are those of them that are Kafka topics (Version.Sources).
+	Others  bool
+	Sources []string
+}
+
+// eventTimeMs is the event time a writer group's checkpoint covers: the
+// least of its writers' watermark (for inputs other than changelogs) and
+// of the upstream versions' event time (for changelogs); 0 (unknown) when
+// one of those it needs is unknown. A watermark drawn from changelog
+// records (event_time on a changelog source) is their export time, not
+// their sources': it is not used for a job that reads only changelogs.
+func (in *Inputs) eventTimeMs(writers int64) int64 {
+	e := int64(math.MaxInt64)
+	if in.Others || !in.Changelogs {
+		e = min(e, writers)
+	}
+	if in.Changelogs {
+		e = min(e, in.UpstreamEventTimeMs)
+	}
+	return max(e, 0)
+}
 
 // localVersions bounds the versions kept in Config.VersionsFile.
 const localVersions = 100
@@ -56,6 +95,9 @@ type writers struct {
 	// writers committed.
 	checkpoints []changelogfmt.WriterCheckpoint
 	epochs      map[string]uint64 // writer id → registered epoch
+	// eventTimes are, per writer group, the least event time its writers
+	// recorded with the checkpoint (0: one of them has none).
+	eventTimes map[string]int64
 }
 
 // currentWriters reads the registrations of the table's writers (the
@@ -81,7 +123,7 @@ func (x *Exporter) currentWriters() writers {
 		}
 		regs = listed
 	}
-	ws := writers{ok: true, epochs: map[string]uint64{}}
+	ws := writers{ok: true, epochs: map[string]uint64{}, eventTimes: map[string]int64{}}
 	at := map[string]int{}
 	for _, r := range regs {
 		ws.epochs[r.Writer] = r.Epoch
@@ -89,6 +131,9 @@ func (x *Exporter) currentWriters() writers {
 			return writers{}
 		}
 		g := group(r.Writer)
+		if e, ok := ws.eventTimes[g]; !ok || r.EventTimeMs < e {
+			ws.eventTimes[g] = r.EventTimeMs
+		}
 		if i, ok := at[g]; ok {
 			if ws.checkpoints[i].Checkpoint != r.Checkpoint {
 				return writers{}
@@ -104,7 +149,8 @@ func (x *Exporter) currentWriters() writers {
 
 // same reports whether o holds the same checkpoints and epochs.
 func (w *writers) same(o *writers) bool {
-	return w.ok == o.ok && slices.Equal(w.checkpoints, o.checkpoints) && maps.Equal(w.epochs, o.epochs)
+	return w.ok == o.ok && slices.Equal(w.checkpoints, o.checkpoints) && maps.Equal(w.epochs, o.epochs) &&
+		maps.Equal(w.eventTimes, o.eventTimes)
 }
 
 // versionPoint reports whether what the export has reached, after a
@@ -155,23 +201,37 @@ func (x *Exporter) dueVersion(ctx context.Context, cs []*cursor, ends []uint64, 
 	if again := x.currentWriters(); !again.same(&ws) {
 		return nil, nil
 	}
-	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, Writers: ws.checkpoints}
-	if x.cfg.Upstream == nil {
-		return v, nil
-	}
+	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, Writers: ws.checkpoints, EventTimeMs: math.MaxInt64}
 	for _, w := range ws.checkpoints {
-		ups, ok, err := x.cfg.Upstream(ctx, w.Job, w.Checkpoint)
-		if err != nil {
-			return nil, fmt.Errorf("upstream versions of job %q checkpoint %d: %w", w.Job, w.Checkpoint, err)
+		in, ok, err := x.inputs(ctx, w)
+		if err != nil || !ok {
+			return nil, err
 		}
-		if !ok {
-			return nil, nil
-		}
-		v.Upstream = append(v.Upstream, ups...)
+		v.Upstream = append(v.Upstream, in.Upstream...)
+		v.Sources = append(v.Sources, in.Sources...)
+		v.EventTimeMs = min(v.EventTimeMs, in.eventTimeMs(ws.eventTimes[w.Writer]))
+	}
+	if len(ws.checkpoints) == 0 {
+		v.EventTimeMs = 0
 	}
 	slices.SortFunc(v.Upstream, func(a, b changelogfmt.UpstreamVersion) int { return strings.Compare(a.Topic, b.Topic) })
 	v.Upstream = slices.Compact(v.Upstream)
+	slices.Sort(v.Sources)
+	v.Sources = slices.Compact(v.Sources)
 	return v, nil
+}
+
+// inputs is what w's job had consumed at w's checkpoint (Config.Upstream;
+// without it, inputs other than changelogs).
+func (x *Exporter) inputs(ctx context.Context, w changelogfmt.WriterCheckpoint) (Inputs, bool, error) {
+	if x.cfg.Upstream == nil {
+		return Inputs{Others: true}, true, nil
+	}
+	in, ok, err := x.cfg.Upstream(ctx, w.Job, w.Checkpoint)
+	if err != nil {
+		return Inputs{}, false, fmt.Errorf("upstream versions of job %q checkpoint %d: %w", w.Job, w.Checkpoint, err)
+	}
+	return in, ok, nil
 }
 
 // versionRecord completes v with the next number, the end offsets and the
@@ -307,4 +367,44 @@ func (x *Exporter) LastVersion() (Version, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.mu.version, x.mu.version.Version > 0
+}
+
+// LatestVersion reads the newest committed version of a versions topic
+// (its last committed record, read_committed); ok is false when it holds
+// none (or does not exist). A record that is not a version is
+// changelogfmt.ErrVersion.
+func LatestVersion(ctx context.Context, conn kafka.Connection, topic string) (v Version, ok bool, err error) {
+	opts, err := conn.Options()
+	if err != nil {
+		return Version{}, false, fmt.Errorf("latest version of %q: %w", topic, err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return Version{}, false, fmt.Errorf("latest version of %q: %w", topic, err)
+	}
+	defer cl.Close()
+	recs, err := lastCommitted(ctx, kadm.NewClient(cl), opts, topic, 1)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return Version{}, false, nil
+	}
+	if err != nil {
+		return Version{}, false, fmt.Errorf("latest version: %w", err)
+	}
+	if recs[0] == nil {
+		return Version{}, false, nil
+	}
+	if v, err = changelogfmt.DecodeVersion(recs[0]); err != nil {
+		return Version{}, false, fmt.Errorf("latest version of %q: %w", topic, err)
+	}
+	return v, true, nil
+}
+
+// Freshness is how far v is behind its sources at now: now minus the
+// newest source event time v covers (Version.EventTimeMs); ok is false
+// when v covers none. It is negative for event times in the future.
+func Freshness(now time.Time, v *Version) (time.Duration, bool) {
+	if v.EventTimeMs <= 0 {
+		return 0, false
+	}
+	return now.Sub(time.UnixMilli(v.EventTimeMs)), true
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/state"
 )
@@ -139,7 +140,7 @@ type sink struct {
 	// snapshots maps a checkpoint not yet known complete to the base
 	// it saved; committed is, per owned bucket, where the last commit
 	// marker ended.
-	snapshots map[barrier.CheckpointID]map[int]uint64
+	snapshots map[barrier.CheckpointID]snapshotAt
 	committed map[int]uint64
 	// window holds the base of the retained completed checkpoints,
 	// oldest first: the log must be kept from window[0] on.
@@ -153,7 +154,28 @@ type sink struct {
 
 func newSink(cfg Config) *sink {
 	return &sink{cfg: cfg, table: cfg.Table,
-		snapshots: map[barrier.CheckpointID]map[int]uint64{}, committed: map[int]uint64{}}
+		snapshots: map[barrier.CheckpointID]snapshotAt{}, committed: map[int]uint64{}}
+}
+
+// snapshotAt is what a snapshot saw: the owned buckets' log ends and the
+// event time (eventTimeMs) the subtask's input had reached.
+type snapshotAt struct {
+	base        map[int]uint64
+	eventTimeMs int64
+}
+
+// eventTimeMs is the event time a checkpoint of a subtask whose watermark
+// is wm covers, in Unix milliseconds: every on-time record with an event
+// time at or before it reached the subtask before the barrier (a
+// watermark goes out after every record it covers), and is in the
+// checkpoint. 0 (unknown) when the input has no event time yet (Min), an
+// event time at or before the epoch, or its end (Max: a bounded input
+// ended, whose newest event time the watermark does not tell).
+func eventTimeMs(wm int64) int64 {
+	if wm <= 0 || wm == watermark.Max {
+		return 0
+	}
+	return wm / int64(time.Millisecond)
 }
 
 func (s *sink) Open(ctx *runtime.Context) error {
@@ -272,7 +294,9 @@ func (s *sink) recover(base map[int]uint64) error {
 	if _, err := t.Apply(marks); err != nil {
 		return err
 	}
-	if err := t.RecordCheckpoint(s.w, uint64(s.ctx.Restored)); err != nil {
+	// The restored event time is the least the checkpoint's subtasks saved
+	// (the task's floor, runtime.Context.Watermark before any input).
+	if err := t.RecordCheckpoint(s.w, uint64(s.ctx.Restored), eventTimeMs(s.ctx.Watermark())); err != nil {
 		return err
 	}
 	if err := t.Sync(); err != nil {
@@ -409,7 +433,7 @@ func (s *sink) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
 	for _, b := range s.owned {
 		base[b] = ends[b]
 	}
-	s.snapshots[id] = base
+	s.snapshots[id] = snapshotAt{base: base, eventTimeMs: eventTimeMs(s.ctx.Watermark())}
 	hold := base
 	if len(s.window) > 0 {
 		hold = s.window[0]
@@ -430,10 +454,11 @@ func (s *sink) NotifyComplete(id barrier.CheckpointID) error {
 	if err := s.applied(); err != nil {
 		return err
 	}
-	base, ok := s.snapshots[id]
+	at, ok := s.snapshots[id]
 	if !ok {
 		return nil
 	}
+	base := at.base
 	for _, old := range slices.Collect(maps.Keys(s.snapshots)) {
 		if old <= id {
 			delete(s.snapshots, old)
@@ -457,7 +482,7 @@ func (s *sink) NotifyComplete(id barrier.CheckpointID) error {
 			return err
 		}
 	}
-	if err := s.table.RecordCheckpoint(s.w, uint64(id)); err != nil {
+	if err := s.table.RecordCheckpoint(s.w, uint64(id), at.eventTimeMs); err != nil {
 		return err
 	}
 	return s.retain(base)
