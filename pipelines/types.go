@@ -161,13 +161,19 @@ type (
 // +U, -D) rather than plain ones.
 func (f Format) Changelog() bool { return f == FormatUpsertJSON || f == FormatDebeziumJSON }
 
-// TopicNames names what the source reads, for lineage: its topics, or its
-// topic_pattern between slashes ("/orders-.*/").
-func (k *KafkaSource) TopicNames() []string {
-	if k.TopicPattern != "" {
-		return []string{"/" + k.TopicPattern + "/"}
+// Topics names the Kafka topics the source reads, for lineage: a Kafka
+// source's topics, or its topic_pattern between slashes ("/orders-.*/"),
+// a datagen source's topic; none for other sources.
+func (s *Source) Topics() []string {
+	switch {
+	case s.Kafka != nil && s.Kafka.TopicPattern != "":
+		return []string{"/" + s.Kafka.TopicPattern + "/"}
+	case s.Kafka != nil:
+		return s.Kafka.Topics
+	case s.Datagen != nil && s.Datagen.Topic != "":
+		return []string{s.Datagen.Topic}
 	}
-	return k.Topics
+	return nil
 }
 
 // The values of the enumerations that code compares against.

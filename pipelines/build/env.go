@@ -125,9 +125,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 				continue
 			}
 			e.ups.mu.other[job] = true
-			if s.Kafka != nil {
-				e.ups.mu.topic[job] = append(e.ups.mu.topic[job], s.Kafka.TopicNames()...)
-			}
+			e.ups.mu.topic[job] = append(e.ups.mu.topic[job], s.Topics()...)
 		}
 	}
 	e.ups.mu.Unlock()
