@@ -306,6 +306,28 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("tables page: writer %s epoch %d, the API %d", w.Writer, got, w.Epoch)
 		}
 	}
+	// Its lineage: the graph of GET /api/v1/topology, and the version it
+	// had (versions go on with the checkpoints).
+	b.waitUntil("the lineage section", `document.querySelector('#lineage tr[data-table="revenue"]') !== null`)
+	var lineage struct {
+		Edges   []string
+		Version string
+	}
+	b.eval(`({edges: [...document.querySelectorAll("#lineage-edges li")].map(e => e.dataset.from + " => " + e.dataset.to),
+		version: document.querySelector('#lineage tr[data-table="revenue"] [data-field="version"]').textContent})`, &lineage)
+	var top topology
+	getJSON(t, base+"/api/v1/topology", &top)
+	var apiEdges []string
+	for _, e := range top.Edges {
+		apiEdges = append(apiEdges, e.From+" => "+e.To)
+	}
+	wantEdges := []string{"job:quickstart => table:revenue", "source:orders => job:quickstart", "table:revenue => changelog:revenue-changelog"}
+	if fmt.Sprint(lineage.Edges) != fmt.Sprint(apiEdges) || fmt.Sprint(apiEdges) != fmt.Sprint(wantEdges) {
+		t.Errorf("tables page: lineage %q; the API %q, want %q", lineage.Edges, apiEdges, wantEdges)
+	}
+	if v := number(t, lineage.Version); len(top.Tables) != 1 || top.Tables[0].Version == nil || v < 1 || uint64(v) > top.Tables[0].Version.Version {
+		t.Errorf("tables page: revenue at version %d; the API then: %+v", v, top.Tables)
+	}
 	b.screenshot(shots, "tables")
 
 	// Kafka.

@@ -338,10 +338,30 @@
     return out.length ? out : [el("p", null, "No jobs.")];
   }
 
+  // lineageSection draws GET /api/v1/topology: per table its newest
+  // version, upstream versions and freshness, then the graph's edges.
+  function lineageSection(top) {
+    const rows = top.tables.map((t) => el("tr", { "data-table": t.table },
+      cell("table", t.table),
+      cell("version", t.version ? String(t.version.version) : NA),
+      cell("writers", t.version ? t.version.writers.map((w) => w.job + "@" + w.checkpoint).join(", ") : NA),
+      cell("upstream", t.upstream.map((u) => u.table + "@" + u.version).join(", ") || "none"),
+      cell("event_time", t.event_time || NA),
+      cell("freshness", t.freshness_seconds === null ? NA : num(t.freshness_seconds, 1) + " s")));
+    const edges = top.edges.map((e) => el("li", { "data-from": e.from, "data-to": e.to }, e.from + " → " + e.to));
+    return section("Lineage and freshness",
+      rows.length ? table(["table", "newest version", "writers", "upstream versions", "event time covered", "freshness"], rows,
+        { id: "lineage" }) : el("p", { class: "muted" }, "No tables."),
+      el("ul", { id: "lineage-edges" }, ...edges),
+      el("p", { class: "muted" }, top.note));
+  }
+
   async function tablesPage() {
-    const tables = await api("/api/v1/tables");
-    if (!tables.length) return [el("p", null, "No tables.")];
-    return tables.map((t) => {
+    const [tables, top] = await Promise.all([api("/api/v1/tables"),
+      api("/api/v1/topology").catch((err) => (err instanceof NeedToken ? Promise.reject(err) : { error: err.message }))]);
+    const lineage = top.error ? section("Lineage and freshness", el("p", { class: "bad" }, top.error)) : lineageSection(top);
+    if (!tables.length) return [el("p", null, "No tables."), lineage];
+    return [...tables.map((t) => {
       const writers = (t.writers || []).map((w) => el("tr", { "data-writer": w.writer },
         cell("writer", w.writer), cell("job", w.job), cell("columns", (w.columns || []).join(", ") || "all"),
         cell("epoch", int(w.epoch)), cell("committed", w.committed ? String(w.checkpoint) : "none"),
@@ -362,7 +382,7 @@
         table(["writer", "job", "columns", "epoch", "committed checkpoint", "last undo"], writers, { class: "writers", "data-table": t.name }),
         el("details", null, el("summary", null, "Log per bucket"),
           table(["bucket", "start", "end", "entries", "retained from"], logRows, { class: "log", "data-table": t.name })));
-    });
+    }), lineage];
   }
 
   async function kafkaPage() {
