@@ -2,6 +2,7 @@ package build
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -237,4 +238,81 @@ func freshness(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestVersionsEventTimeRestart stops east once its versions cover its
+// input, and starts it again from its checkpoint in a new Env on the same
+// data directory, without periodic checkpoints: the restore records the
+// restored checkpoint's event time with it in the table (what a version
+// cut from it carries), not 0.
+func TestVersionsEventTimeRestart(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	in, cl := kafkatest.NewTopic(t, brokers, 1), kafkatest.TopicName(t, brokers)
+	spec := fmt.Appendf(nil, strings.SplitN(eventTimeJobs, "---", 2)[0], strings.Join(brokers, ","), in, "", cl)
+	dir := t.TempDir()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	want := t0.Add(7*time.Second).UnixMilli() - 1
+	produce := func(user string, at time.Duration) {
+		kafkatest.Produce(t, brokers, &kgo.Record{Topic: in, Timestamp: t0.Add(at), Value: fmt.Appendf(nil, `{"user":%q,"amount":1}`, user)})
+	}
+	produce("u", 7*time.Second)
+	produce("v", 6*time.Second)
+	conn := kafka.Connection{Brokers: brokers}
+	for run, set := range [][]string{nil, {"checkpoint.interval=0s"}} {
+		ps, err := pipelines.Load([]pipelines.File{{Name: "east.yaml", Data: spec}}, pipelines.Options{Set: set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := NewEnv(Options{DataDir: dir, Logger: testLogger()})
+		if err := e.OpenTables(ps); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		exported := make(chan error, 1)
+		go func() { exported <- e.RunExporters(ctx) }()
+		j, done := startJob(t, ctx, e, ps[0])
+		stop := func() {
+			j.Stop()
+			err := <-done
+			cancel()
+			if err := errors.Join(err, <-exported, e.Close()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		tbl, _ := e.Table("east_totals")
+		for run == 0 {
+			vs, err := export.ReadVersions(ctx, conn, cl+".versions")
+			if err != nil {
+				stop()
+				t.Fatal(err)
+			}
+			if len(vs) > 0 && vs[len(vs)-1].EventTimeMs == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				stop()
+				t.Fatalf("versions %+v do not reach event time %d", vs, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if run == 1 {
+			// A record read after the restore: the sink's undo is done.
+			produce("w", 8*time.Second)
+			for tbl.Count() < 3 {
+				if time.Now().After(deadline) {
+					stop()
+					t.Fatalf("the record after the restore does not reach the table (%d rows)", tbl.Count())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for _, r := range tbl.Writers() {
+				if r.Epoch != 2 || !r.Committed || r.EventTimeMs != want {
+					stop()
+					t.Fatalf("after the restore: writer %+v, want epoch 2 at event time %d", r, want)
+				}
+			}
+		}
+		stop()
+	}
 }
