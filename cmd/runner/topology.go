@@ -191,17 +191,12 @@ func readTopology(ctx context.Context, jobs []*pipelines.Pipeline, conn *kafka.C
 			}
 		}
 		slices.Sort(topics)
-		for _, topic := range slices.Compact(topics) {
-			v, ok, err := export.LatestVersion(ctx, *conn, topic)
-			if errors.Is(err, changelogfmt.ErrVersion) {
-				continue // a topic named like a versions topic, not ebbflow's
-			}
-			if err != nil {
-				return nil, fmt.Errorf("topology: %w", err)
-			}
-			if ok {
-				g.addVersion(v, now)
-			}
+		vs, err := latestVersions(ctx, *conn, slices.Compact(topics))
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			g.addVersion(v, now)
 		}
 	}
 	top := &topology{Now: now.UTC(), Read: topologyRead, Note: topologyNote, Nodes: []topoNode{}, Edges: []topoEdge{}, Tables: []topoTable{}}
@@ -216,6 +211,50 @@ func readTopology(ctx context.Context, jobs []*pipelines.Pipeline, conn *kafka.C
 		top.Tables = append(top.Tables, *g.tables[name])
 	}
 	return top, nil
+}
+
+// topologyReaders bounds the versions topics read at once.
+const topologyReaders = 8
+
+// latestVersions reads the newest version of each topic, topologyReaders
+// at a time, in the order of topics; a topic without versions gives none,
+// and so does one named like a versions topic that is not ebbflow's.
+func latestVersions(ctx context.Context, conn kafka.Connection, topics []string) ([]export.Version, error) {
+	type result struct {
+		v   export.Version
+		ok  bool
+		err error
+	}
+	results := make([]result, len(topics))
+	next := make(chan int)
+	done := make(chan struct{})
+	for range min(topologyReaders, len(topics)) {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range next {
+				r := &results[i]
+				r.v, r.ok, r.err = export.LatestVersion(ctx, conn, topics[i])
+			}
+		}()
+	}
+	for i := range topics {
+		next <- i
+	}
+	close(next)
+	for range min(topologyReaders, len(topics)) {
+		<-done
+	}
+	var out []export.Version
+	for _, r := range results {
+		switch {
+		case errors.Is(r.err, changelogfmt.ErrVersion):
+		case r.err != nil:
+			return nil, fmt.Errorf("topology: %w", r.err)
+		case r.ok:
+			out = append(out, r.v)
+		}
+	}
+	return out, nil
 }
 
 // versionsTopics lists the topics of the cluster named like versions
