@@ -147,7 +147,8 @@ func (x *Exporter) currentWriters() writers {
 	return ws
 }
 
-// same reports whether o holds the same checkpoints and epochs.
+// same reports whether o holds the same checkpoints, epochs and event
+// times.
 func (w *writers) same(o *writers) bool {
 	return w.ok == o.ok && slices.Equal(w.checkpoints, o.checkpoints) && maps.Equal(w.epochs, o.epochs) &&
 		maps.Equal(w.eventTimes, o.eventTimes)
