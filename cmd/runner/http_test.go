@@ -95,7 +95,7 @@ func TestHTTPHost(t *testing.T) {
 	r, _ := testRunner(t)
 	e := serveTest(t, r, "127.0.0.1:0", pipelines.HTTP{AllowedHosts: []string{"Runner.Internal"}})
 	_, port, _ := strings.Cut(e.addr, ":")
-	for _, path := range []string{"/livez", "/metrics", "/readyz", "/api/v1/jobs", "/api/v1/tables", "/api/v1/tables/t/rows", "/api/v1/kafka"} {
+	for _, path := range []string{"/livez", "/metrics", "/readyz", "/api/v1/jobs", "/api/v1/tables", "/api/v1/tables/t/rows", "/api/v1/kafka", "/api/v1/topology"} {
 		for _, host := range []string{"evil.example", "evil.example:" + port, "localhost.evil.example", "127.0.0.1.evil.example", "runner.internal.evil.example"} {
 			if code, _ := send(t, e, "GET", path, host); code != http.StatusForbidden {
 				t.Errorf("GET %s with Host %s: %d, want 403", path, host, code)
@@ -202,11 +202,13 @@ func TestHTTPNonLoopback(t *testing.T) {
 	if !strings.Contains(log.String(), "level=WARN msg=\"http listening on a non-loopback address without TLS") {
 		t.Errorf("no warning of a non-loopback address:\n%s", log.String())
 	}
-	if code, _ := send(t, e, "GET", "/api/v1/tables", ""); code != http.StatusUnauthorized {
-		t.Errorf("GET /api/v1/tables without the token: %d, want 401", code)
-	}
-	if code, _ := send(t, e, "GET", "/api/v1/tables", "", "Authorization", "Bearer "+e.token); code != http.StatusOK {
-		t.Errorf("GET /api/v1/tables with the token: %d, want 200", code)
+	for _, path := range []string{"/api/v1/tables", "/api/v1/topology"} {
+		if code, _ := send(t, e, "GET", path, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", path, code)
+		}
+		if code, _ := send(t, e, "GET", path, "", "Authorization", "Bearer "+e.token); code != http.StatusOK {
+			t.Errorf("GET %s with the token: %d, want 200", path, code)
+		}
 	}
 	if code, _ := send(t, e, "GET", "/metrics", ""); code != http.StatusOK {
 		t.Errorf("GET /metrics: %d, want 200", code)
