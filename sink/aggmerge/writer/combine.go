@@ -11,19 +11,22 @@ import (
 // sketch stays decoded until the drain), and written in aggmerge.Partial
 // mode. Keys and accumulators live in flat slices reused across flushes;
 // only a key first seen in a flush allocates (its map entry), and a sketch
-// seen twice for a key (its decoded form).
+// seen twice for a key (its decoded form). A combiner of partials (the
+// sink's Config.Partials) folds its values as they are, without
+// agg.Func.Partial.
 type combiner struct {
-	funcs []*agg.Func
-	types []agg.Type
-	index map[string]int
-	keys  []byte            // encoded keys, back to back
-	ends  []int             // end of each slot's key in keys
-	accs  []agg.Accumulator // len(funcs) per slot
-	out   []agg.Value       // one slot's values, at drain
+	partials bool
+	funcs    []*agg.Func
+	types    []agg.Type
+	index    map[string]int
+	keys     []byte            // encoded keys, back to back
+	ends     []int             // end of each slot's key in keys
+	accs     []agg.Accumulator // len(funcs) per slot
+	out      []agg.Value       // one slot's values, at drain
 }
 
-func newCombiner(t *aggmerge.Table, cols []int) *combiner {
-	c := &combiner{index: map[string]int{}}
+func newCombiner(t *aggmerge.Table, cols []int, partials bool) *combiner {
+	c := &combiner{partials: partials, index: map[string]int{}}
 	for _, i := range cols {
 		c.funcs = append(c.funcs, t.Func(i))
 		c.types = append(c.types, t.Schema().Values[i].Type)
@@ -56,7 +59,10 @@ func (c *combiner) add(key []byte, vals []agg.Value) error {
 		if err != nil {
 			return err
 		}
-		if err := accs[j].Add(c.funcs[j].Partial(in)); err != nil {
+		if !c.partials {
+			in = c.funcs[j].Partial(in)
+		}
+		if err := accs[j].Add(in); err != nil {
 			return err
 		}
 	}

@@ -58,7 +58,7 @@ func TestCombinerEqualsPlainWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCombiner(combined, []int{0, 1, 2, 3, 4, 5})
+	c := newCombiner(combined, []int{0, 1, 2, 3, 4, 5}, false)
 	apply := func(tb *aggmerge.Table, b *aggmerge.Batch) {
 		t.Helper()
 		if _, err := tb.Apply(b); err != nil {
@@ -185,7 +185,7 @@ func BenchmarkCombiner(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c := newCombiner(tb, []int{0, 1, 2})
+			c := newCombiner(tb, []int{0, 1, 2}, false)
 			r := rand.New(rand.NewPCG(1, 2))
 			const n = 1 << 16 // inputs made before timing
 			keys, vals := make([][]agg.Value, n), make([][]agg.Value, n)

@@ -28,6 +28,12 @@ type Config struct {
 	// Retracts declares that the input may hold UpdateBefore/Delete rows,
 	// which retract. It is refused when a column's function cannot retract.
 	Retracts bool
+	// Partials declares that the values are partial aggregates already
+	// (agg.Func.Partial, folded with Combine or an agg.Accumulator, as a
+	// window that pre-aggregates its records emits them), written in
+	// aggmerge.Partial mode: a count's value is the number it counted, not
+	// one more input. It cannot be combined with Retracts.
+	Partials bool
 	// BatchSize is the number of writes per table batch (1000).
 	BatchSize int
 	// FlushInterval bounds how long a write waits in the writer before it
@@ -75,6 +81,9 @@ func (c *Config) validate() error {
 		if sch.ValueIndex(name) < 0 {
 			return fmt.Errorf("aggmerge writer: table %s has no value column %q", c.Table.Dir(), name)
 		}
+	}
+	if c.Retracts && c.Partials {
+		return errors.New("aggmerge writer: partial aggregates cannot retract")
 	}
 	if c.Retracts {
 		for _, i := range c.columnIndexes() {
@@ -201,7 +210,7 @@ func (s *sink) Open(ctx *runtime.Context) error {
 		return err
 	}
 	if !s.cfg.NoCombine {
-		s.comb = newCombiner(t, s.cfg.columnIndexes())
+		s.comb = newCombiner(t, s.cfg.columnIndexes(), s.cfg.Partials)
 	}
 	items := ctx.State.Unions[stateList] // none on a fresh start
 	if len(items) == 0 {
@@ -339,10 +348,13 @@ func (s *sink) Write(batch []record) error {
 				s.w.ID, s.table.Dir(), b, s.ctx.Subtask, Owner(b, s.ctx.Parallelism), s.ctx.Parallelism)
 		}
 		mode := aggmerge.Aggregate
-		if r.kind.Retracts() {
+		switch {
+		case r.kind.Retracts():
 			mode = aggmerge.Retract
+		case s.cfg.Partials:
+			mode = aggmerge.Partial
 		}
-		if s.comb != nil && mode == aggmerge.Aggregate {
+		if s.comb != nil && mode != aggmerge.Retract {
 			if err := s.comb.add(r.key, r.vals); err != nil {
 				return err
 			}
