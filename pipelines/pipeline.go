@@ -87,6 +87,29 @@ type Table struct {
 type TableWindow struct {
 	Size time.Duration
 	On   SchemaField
+	// Final: emit: final, a window's row is written once, when it closes.
+	Final bool
+	// Lateness is the allowed lateness: a window closes when the watermark
+	// reaches its end - 1ns + Lateness (ClosesAt).
+	Lateness time.Duration
+	// Late is the policy for a record of a closed window.
+	Late LatePolicy
+	// DeadLetter, for late: dead_letter, is the Kafka source whose
+	// dead_letter_topic (and connection) takes the late records.
+	DeadLetter *KafkaSource
+}
+
+// Watermarked reports whether the window consults the watermark: a final
+// window, or a policy for late records other than update.
+func (w *TableWindow) Watermarked() bool { return w.Final || w.Late != LateUpdate }
+
+// ClosesAt returns the event time (ns since the epoch) at which the window
+// ending at end closes: once the watermark reached it, every record of the
+// window not later than the allowed lateness has arrived (a watermark W
+// promises that no record at or before W follows), so a final window fires
+// and a record of the window that comes now is late.
+func (w *TableWindow) ClosesAt(end time.Time) int64 {
+	return end.UnixNano() - 1 + int64(w.Lateness)
 }
 
 // The key columns a window adds, after the primary key fields.

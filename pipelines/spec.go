@@ -207,9 +207,11 @@ type TableSink struct {
 
 // Window is a table's tumbling window of event time.
 type Window struct {
-	Tumble Duration `yaml:"tumble" required:"true" doc:"the window's length: windows are [start, start+tumble) with start a multiple of it since the Unix epoch; at least 1ms, a whole number of milliseconds"`
-	On     string   `yaml:"on" required:"true" doc:"the timestamp field whose value picks the window of a record"`
-	Emit   EmitMode `yaml:"emit" default:"updates" doc:"updates: a window's row changes as its records arrive (late ones included); final (a row written once, when the watermark passes the window's end) is not built yet"`
+	Tumble          Duration   `yaml:"tumble" required:"true" doc:"the window's length: windows are [start, start+tumble) with start a multiple of it since the Unix epoch; at least 1ms, a whole number of milliseconds"`
+	On              string     `yaml:"on" required:"true" doc:"the timestamp field whose value picks the window of a record"`
+	Emit            EmitMode   `yaml:"emit" default:"updates" doc:"updates: a window's row changes as its records arrive; final: a window's row is written once, when the watermark passes its end plus allowed_lateness (every source needs event_time)"`
+	AllowedLateness Duration   `yaml:"allowed_lateness" default:"0s" doc:"how long in event time a window takes records after its end: a record is late once the watermark passed its window's end plus this; a whole number of milliseconds"`
+	Late            LatePolicy `yaml:"late" doc:"a late record: drop it (counted), dead_letter it (to the dead_letter_topic of the job's Kafka source) or update its window's row (emit: updates only); default: update with emit: updates (no watermark consulted), drop with final"`
 }
 
 // Column is one aggregating column of a table.

@@ -155,6 +155,8 @@ type (
 	LogFormat string
 	// EmitMode says when a windowed table's rows are written.
 	EmitMode string
+	// LatePolicy says what happens to a record whose window closed.
+	LatePolicy string
 )
 
 // Changelog reports whether the format decodes changelog records (+I, -U,
@@ -186,6 +188,13 @@ const (
 	OnErrorFail       OnError = "fail"
 	OnErrorSkip       OnError = "skip"
 	OnErrorDeadLetter OnError = "dead_letter"
+
+	EmitUpdates EmitMode = "updates"
+	EmitFinal   EmitMode = "final"
+
+	LateDrop       LatePolicy = "drop"
+	LateDeadLetter LatePolicy = "dead_letter"
+	LateUpdate     LatePolicy = "update"
 )
 
 func (Format) enumValues() []string {
@@ -203,3 +212,4 @@ func (CheckpointMode) enumValues() []string  { return []string{"exactly_once", "
 func (LogLevel) enumValues() []string        { return []string{"debug", "info", "warn", "error"} }
 func (LogFormat) enumValues() []string       { return []string{"text", "json"} }
 func (EmitMode) enumValues() []string        { return []string{"updates", "final"} }
+func (LatePolicy) enumValues() []string      { return []string{"drop", "dead_letter", "update"} }

@@ -224,8 +224,8 @@ func widens(from, to agg.Type) bool {
 }
 
 // window checks a table's window: a timestamp field, a length in whole
-// milliseconds, the updates emit mode, and no field or column already
-// called window_start or window_end.
+// milliseconds, its emit mode and late policy (lateness), and no field or
+// column already called window_start or window_end.
 func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow {
 	w := t.Window
 	ok := true
@@ -243,8 +243,8 @@ func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow 
 		v.fail(path+".on", "field %q has type %s; a window needs a timestamp", w.On, f.Type)
 		ok = false
 	}
-	if w.Emit == "final" {
-		v.fail(path+".emit", "emit: final is not built yet (docs/EVENT_TIME.md); use updates")
+	tw := &TableWindow{Size: w.Tumble.Std(), On: f, Final: w.Emit == EmitFinal, Lateness: w.AllowedLateness.Std(), Late: w.Late}
+	if !v.lateness(path, tw) {
 		ok = false
 	}
 	for i, name := range t.PrimaryKey {
@@ -262,5 +262,5 @@ func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow 
 	if !ok {
 		return nil
 	}
-	return &TableWindow{Size: w.Tumble.Std(), On: f}
+	return tw
 }

@@ -22,3 +22,45 @@ func TestTableWindowBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowLateDefaults: the late policy defaults to update with emit:
+// updates (no watermark consulted) and to drop with final; the dead letters
+// of late: dead_letter go to the topic of the source with on_error:
+// dead_letter.
+func TestWindowLateDefaults(t *testing.T) {
+	const src = `
+job: {name: j}
+source:
+  kafka:
+    topics: [a]
+    schema: {user: string, at: timestamp}
+    event_time: {field: at}
+    on_error: dead_letter
+    dead_letter_topic: dl
+sink:
+  - table: {name: t1, primary_key: [user], columns: {c: {agg: count}}, window: {tumble: 1m, on: at}}
+  - table: {name: t2, primary_key: [user], columns: {c: {agg: count}}, window: {tumble: 1m, on: at, emit: final, allowed_lateness: 30s}}
+  - table: {name: t3, primary_key: [user], columns: {c: {agg: count}}, window: {tumble: 1m, on: at, late: dead_letter}}
+`
+	ps, err := Load([]File{{Name: "late.yaml", Data: []byte(src)}}, Options{LookupEnv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := make([]TableWindow, 3)
+	for i, tab := range ps[0].Tables {
+		ws[i] = *tab.Window
+	}
+	if w := ws[0]; w.Final || w.Late != LateUpdate || w.Watermarked() || w.Lateness != 0 {
+		t.Errorf("updates window: %+v, want late update, no watermark", w)
+	}
+	if w := ws[1]; !w.Final || w.Late != LateDrop || !w.Watermarked() || w.Lateness != 30*time.Second {
+		t.Errorf("final window: %+v, want late drop, lateness 30s", w)
+	}
+	end := time.Date(2026, 12, 2, 1, 1, 0, 0, time.UTC)
+	if got, want := ws[1].ClosesAt(end), end.Add(30*time.Second).UnixNano()-1; got != want {
+		t.Errorf("ClosesAt = %d, want %d (end - 1ns + lateness)", got, want)
+	}
+	if w := ws[2]; w.Final || w.Late != LateDeadLetter || w.DeadLetter == nil || w.DeadLetter.DeadLetterTopic != "dl" {
+		t.Errorf("dead-letter window: %+v, want the source's topic dl", w)
+	}
+}

@@ -69,15 +69,28 @@ func (d *DeadLetterWriter) Write(origin *kgo.Record, value []byte, reason error)
 		kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(origin.Partition), 10)},
 		kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, origin.Offset, 10)},
 	)
-	dl := &kgo.Record{Topic: d.topic, Key: origin.Key, Value: value, Headers: headers, Timestamp: origin.Timestamp}
+	d.write(&kgo.Record{Topic: d.topic, Key: origin.Key, Value: value, Headers: headers, Timestamp: origin.Timestamp},
+		fmt.Sprintf("%s/%d offset %d", origin.Topic, origin.Partition, origin.Offset))
+}
+
+// WriteRecord sends a dead letter of a record that is no longer tied to
+// the Kafka record it came from (a late record, after the shuffle to its
+// window): key and value as given, HeaderError the reason, no origin
+// headers.
+func (d *DeadLetterWriter) WriteRecord(key, value []byte, reason error) {
+	headers := []kgo.RecordHeader{{Key: HeaderError, Value: []byte(reason.Error())}}
+	d.write(&kgo.Record{Topic: d.topic, Key: key, Value: value, Headers: headers}, fmt.Sprintf("record %.100s", value))
+}
+
+// write produces dl, counting it; what names its origin in an error.
+func (d *DeadLetterWriter) write(dl *kgo.Record, what string) {
 	d.unflushed++
 	d.count.Inc()
-	topic, partition, offset := origin.Topic, origin.Partition, origin.Offset
 	d.cl.Produce(d.ctx, dl, func(_ *kgo.Record, err error) {
 		if err != nil {
 			d.mu.Lock()
 			if d.mu.err == nil {
-				d.mu.err = fmt.Errorf("write dead letter of %s/%d offset %d to %q: %w", topic, partition, offset, d.topic, err)
+				d.mu.err = fmt.Errorf("write dead letter of %s to %q: %w", what, d.topic, err)
 			}
 			d.mu.Unlock()
 		}

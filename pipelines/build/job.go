@@ -18,6 +18,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
+	"github.com/ebbflow/ebbflow/state/pebblestate"
 )
 
 // Row is a record inside a job built from a file.
@@ -45,6 +46,11 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	opts.Logger = e.log
 	opts.Registerer = e.opts.Registerer
 	opts.Restore = restore
+	if keyedWindows(p) {
+		// The open windows of a final table can be many: their partials
+		// live in pebble, not in memory.
+		opts.StateBackend = pebblestate.NewFactory(pebblestate.Options{Logger: e.log})
+	}
 	if l := e.opts.Listener; l != nil {
 		opts.Listener = func(ev runtime.Event) { l(p.Spec.Job.Name, ev) }
 	}
@@ -172,6 +178,9 @@ func (e *Env) tableSink(j *Job, i int, in runtime.Stream[Row]) error {
 	// the changelog exporter (whose hold OpenTables placed) still need.
 	cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
 		UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
+	if w := t.Window; w != nil && w.Watermarked() {
+		return windowSink(e, p, i, t, table, cfg, in)
+	}
 	return writer.To(in, p.Spec.Sinks[i].Name, cfg, mapper(p, t))
 }
 
@@ -291,6 +300,17 @@ func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy,
 		policy.conn = cfg.Connection
 	}
 	return cfg, policy, nil
+}
+
+// keyedWindows reports whether a table of p keeps its open windows in keyed
+// state (emit: final).
+func keyedWindows(p *pipelines.Pipeline) bool {
+	for _, t := range p.Tables {
+		if t.Window != nil && t.Window.Final {
+			return true
+		}
+	}
+	return false
 }
 
 // Name returns the job's name.

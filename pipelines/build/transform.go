@@ -32,14 +32,13 @@ const flushTimeout = 30 * time.Second
 
 // transformOp runs the steps of a job on the records of one source.
 type transformOp struct {
-	p            *pipelines.Pipeline
-	policy       *errorPolicy
-	tr           *pipelines.Transformer
-	rows         *pipelines.RowBuilder
-	dropped      prometheus.Counter
-	deadLettered prometheus.Counter
-	dl           *kafka.DeadLetterWriter
-	cl           *kgo.Client // the dead letters'
+	p       *pipelines.Pipeline
+	policy  *errorPolicy
+	tr      *pipelines.Transformer
+	rows    *pipelines.RowBuilder
+	dropped prometheus.Counter
+	dl      *kafka.DeadLetterWriter
+	cl      *kgo.Client // the dead letters'
 	// origin is the Kafka record the rows being processed come from, for
 	// their dead letters.
 	origin *kgo.Record
@@ -61,24 +60,34 @@ func (o *transformOp) Open(ctx *runtime.Context) error {
 	if o.policy.policy != kafka.DeadLetter {
 		return nil
 	}
-	o.deadLettered = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_operator_records_dead_lettered_total",
-		Help: "Records written to the dead-letter topic by on_error: dead_letter.", ConstLabels: reason})
-	if err := ctx.Registerer.Register(o.deadLettered); err != nil {
-		return fmt.Errorf("register transform metrics: %w", err)
+	var err error
+	o.dl, o.cl, err = openDeadLetters(ctx, o.policy, "eval_error")
+	return err
+}
+
+// openDeadLetters opens the dead-letter writer of a subtask for policy's
+// topic, counting its records in ebbflow_operator_records_dead_lettered_total
+// with the label reason; the caller closes the client.
+func openDeadLetters(ctx *runtime.Context, policy *errorPolicy, reason string) (*kafka.DeadLetterWriter, *kgo.Client, error) {
+	count := prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_operator_records_dead_lettered_total",
+		Help:        "Records written to the dead-letter topic: by on_error: dead_letter (reason eval_error) or late: dead_letter (reason late).",
+		ConstLabels: prometheus.Labels{"reason": reason}})
+	if err := ctx.Registerer.Register(count); err != nil {
+		return nil, nil, fmt.Errorf("register dead-letter metrics: %w", err)
 	}
-	conn, err := o.policy.conn.Options()
+	conn, err := policy.conn.Options()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if o.cl, err = kgo.NewClient(conn...); err != nil {
-		return fmt.Errorf("dead letter client: %w", err)
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dead letter client: %w", err)
 	}
-	if err := kafka.PrepareDeadLetterTopic(ctx.Context(), kadm.NewClient(o.cl), o.policy.topic, ctx.Logger.Warn); err != nil {
-		o.cl.Close()
-		return err
+	if err := kafka.PrepareDeadLetterTopic(ctx.Context(), kadm.NewClient(cl), policy.topic, ctx.Logger.Warn); err != nil {
+		cl.Close()
+		return nil, nil, err
 	}
-	o.dl = kafka.NewDeadLetterWriter(context.Background(), o.cl, o.policy.topic, o.deadLettered)
-	return nil
+	return kafka.NewDeadLetterWriter(context.Background(), cl, policy.topic, count), cl, nil
 }
 
 func (o *transformOp) ProcessBatch(in []Row, out *runtime.Collector[Row]) error {
@@ -220,38 +229,53 @@ func (o valuesOp) ProcessBatch(in [][]any, out *runtime.Collector[Row]) error {
 var errNullKey = errors.New("build: null primary key")
 
 // mapper makes the writer's row of table t of p from a record: its kind,
-// the key fields as table values, then each column's input
-// (TableColumn.Value).
+// the key fields as table values (and the window's bounds, appendKey), then
+// each column's input (TableColumn.Value).
 func mapper(p *pipelines.Pipeline, t *pipelines.Table) writer.Mapper[Row] {
 	return func(r Row, row *writer.Row) error {
 		row.Kind = r.Kind(p.KindSlot)
-		row.Key = row.Key[:0]
-		for _, k := range t.Key {
-			if r[k.Slot] == nil {
-				return fmt.Errorf("table %s field %s: %w", t.Spec.Name, k.Name, errNullKey)
-			}
-			v, err := pipelines.AggValue(k.Type, r[k.Slot])
-			if err != nil {
-				return err
-			}
-			row.Key = append(row.Key, v)
+		var err error
+		if row.Key, err = appendKey(t, r, row.Key[:0]); err != nil {
+			return err
 		}
-		if w := t.Window; w != nil {
-			at, ok := r[w.On.Slot].(time.Time)
-			if !ok {
-				return fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
-			}
-			start, end := w.Bounds(at)
-			row.Key = append(row.Key, agg.TimestampValue(start), agg.TimestampValue(end))
-		}
-		row.Vals = row.Vals[:0]
-		for i := range t.Columns {
-			v, err := t.Columns[i].Value(r)
-			if err != nil {
-				return err
-			}
-			row.Vals = append(row.Vals, v)
-		}
-		return nil
+		row.Vals, err = appendValues(t, r, row.Vals[:0])
+		return err
 	}
+}
+
+// appendKey appends the table key of record r to key: the primary key
+// fields as table values, then, for a windowed table, the bounds of the
+// record's window.
+func appendKey(t *pipelines.Table, r Row, key []agg.Value) ([]agg.Value, error) {
+	for _, k := range t.Key {
+		if r[k.Slot] == nil {
+			return key, fmt.Errorf("table %s field %s: %w", t.Spec.Name, k.Name, errNullKey)
+		}
+		v, err := pipelines.AggValue(k.Type, r[k.Slot])
+		if err != nil {
+			return key, err
+		}
+		key = append(key, v)
+	}
+	if w := t.Window; w != nil {
+		at, ok := r[w.On.Slot].(time.Time)
+		if !ok {
+			return key, fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
+		}
+		start, end := w.Bounds(at)
+		key = append(key, agg.TimestampValue(start), agg.TimestampValue(end))
+	}
+	return key, nil
+}
+
+// appendValues appends each column's input of record r to vals.
+func appendValues(t *pipelines.Table, r Row, vals []agg.Value) ([]agg.Value, error) {
+	for i := range t.Columns {
+		v, err := t.Columns[i].Value(r)
+		if err != nil {
+			return vals, err
+		}
+		vals = append(vals, v)
+	}
+	return vals, nil
 }

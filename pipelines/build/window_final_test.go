@@ -1,0 +1,449 @@
+package build
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/crashtest"
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+)
+
+// The final-window oracle. Input comes in phases; between two phases the
+// test waits until the job has read everything, every partition went idle
+// and the watermark of the window operator is where a plain model says:
+// the largest event time so far minus the bound minus 1ns (every split is
+// idle, so the valves pass the largest watermark). Within a phase the
+// watermark moves with processing time, but never past the phase's largest
+// event time minus the bound, so the model only makes records whose fate
+// is the same wherever the watermark falls:
+//
+//   - a record counts when its window closes (TableWindow.ClosesAt) after
+//     the highest watermark its phase can reach: on time, or behind the
+//     watermark within the allowed lateness;
+//   - a record is late when its window closed at the watermark of the
+//     phase before (the watermark never goes back);
+//   - anything between is not generated.
+//
+// After each phase the table must hold exactly the windows the model has
+// closed at the expected watermark (none early, each with its exact
+// value); at the end its log must hold one +I per window and key and
+// nothing else, and the late records must be counted or dead-lettered.
+
+var seedFlag = flag.Int64("seed", 0, "seed of the randomized window tests (0: from the clock)")
+
+// finalCase is one run of the oracle.
+type finalCase struct {
+	seed             int64
+	parts, par, keys int // the last partition gets records in the first phase only, then idles
+	phases, perPhase int
+	size, lateness   time.Duration
+	bound            time.Duration
+	late             pipelines.LatePolicy // drop or dead_letter
+}
+
+// winKey is a window of a user; start in ns since the epoch (a time.Time
+// compares its location too).
+type winKey struct {
+	user  string
+	start int64
+}
+
+type winAcc struct{ total, n, top int64 }
+
+// finalModel is the answer, computed by a plain program from the input.
+type finalModel struct {
+	c       finalCase
+	w       pipelines.TableWindow
+	rng     *rand.Rand
+	windows map[winKey]winAcc
+	late    map[int64]bool // amounts (unique) of the late records
+	front   time.Time      // the largest event time produced
+	wm      int64          // the watermark once the last phase is read
+	seq     int64
+}
+
+func newFinalModel(c finalCase) *finalModel {
+	return &finalModel{c: c, w: pipelines.TableWindow{Size: c.size, Lateness: c.lateness}, rng: rand.New(rand.NewSource(c.seed)),
+		windows: map[winKey]winAcc{}, late: map[int64]bool{},
+		front: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC), wm: watermark.Min}
+}
+
+// phase makes the records of the next phase, applies them to the model and
+// returns them; the model's watermark is then the one the job reaches
+// once it has read them.
+func (m *finalModel) phase(topic string, first bool) []*kgo.Record {
+	c := m.c
+	m.front = m.front.Add(c.size + time.Duration(m.rng.Int63n(int64(2*c.size/time.Millisecond)))*time.Millisecond)
+	highest := watermark.FromTime(m.front) - int64(c.bound) - 1 // the most the watermark reaches in this phase
+	parts := c.parts
+	if !first {
+		parts-- // the last partition idles from now on
+	}
+	var recs []*kgo.Record
+	add := func(at time.Time) {
+		user := fmt.Sprintf("u%d", m.rng.Intn(c.keys))
+		m.seq++
+		amount := m.seq
+		start, end := m.w.Bounds(at)
+		switch closes := m.w.ClosesAt(end); {
+		case closes > highest:
+			k := winKey{user, start.UnixNano()}
+			a := m.windows[k]
+			m.windows[k] = winAcc{a.total + amount, a.n + 1, max(a.top, amount)}
+		case closes <= m.wm:
+			m.late[amount] = true
+		default:
+			panic("ambiguous record generated")
+		}
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(m.rng.Intn(parts)),
+			Value: fmt.Appendf(nil, `{"user":%q,"amount":%d,"at":%q}`, user, amount, at.Format(time.RFC3339Nano))})
+	}
+	add(m.front) // the phase's largest event time
+	span := int64((c.size + c.lateness + c.bound + 3*c.size) / time.Millisecond)
+	for len(recs) < c.perPhase {
+		at := m.front.Add(-time.Duration(m.rng.Int63n(span)) * time.Millisecond)
+		_, end := m.w.Bounds(at)
+		if closes := m.w.ClosesAt(end); closes > highest || closes <= m.wm {
+			add(at)
+		}
+	}
+	m.rng.Shuffle(len(recs)-1, func(i, j int) { recs[i+1], recs[j+1] = recs[j+1], recs[i+1] })
+	m.wm = highest
+	return recs
+}
+
+// closed returns the windows closed at the model's watermark.
+func (m *finalModel) closed() map[winKey]winAcc {
+	out := map[winKey]winAcc{}
+	for k, a := range m.windows {
+		if m.w.ClosesAt(time.Unix(0, k.start+int64(m.c.size))) <= m.wm {
+			out[k] = a
+		}
+	}
+	return out
+}
+
+// finalJob is the job of a case: sum, count and max of the amounts per
+// user and window, emitted final.
+func finalJob(c finalCase, name string, brokers []string, topic, deadLetters string) string {
+	dl := ""
+	if c.late == pipelines.LateDeadLetter {
+		dl = fmt.Sprintf("\n    on_error: dead_letter\n    dead_letter_topic: %s", deadLetters)
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%dms", d/time.Millisecond) }
+	return fmt.Sprintf(`
+job: {name: %s, parallelism: %d}
+source:
+  kafka:
+    brokers: [%s]
+    topics: [%s]
+    schema: {user: string, amount: int64, at: timestamp}
+    event_time: {field: at, max_out_of_orderness: %s, idle_timeout: 300ms}%s
+sink:
+  table:
+    name: per_window
+    primary_key: [user]
+    buckets: 4
+    columns:
+      total: {agg: sum, from: amount}
+      n: {agg: count}
+      top: {agg: max, from: amount}
+    window: {tumble: %s, on: at, emit: final, allowed_lateness: %s, late: %s}
+    changelog: {brokers: [%[3]s], topic: %[4]s-changelog, format: debezium-json}
+checkpoint: {interval: 100ms}
+`, name, c.par, strings.Join(brokers, ","), topic, ms(c.bound), dl, ms(c.size), ms(c.lateness), c.late)
+}
+
+// scanWindows reads the windowed table.
+func scanWindows(t *testing.T, tab *aggmerge.Table) map[winKey]winAcc {
+	t.Helper()
+	got := map[winKey]winAcc{}
+	if err := tab.Scan(func(r aggmerge.Row) error {
+		got[winKey{r.Key[0].Str(), r.Key[1].Time().UnixNano()}] = winAcc{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// diffWindows describes the first differences between got and want ("":
+// equal).
+func diffWindows(got, want map[winKey]winAcc) string {
+	var d []string
+	for _, k := range slices.SortedFunc(maps.Keys(want), cmpWin) {
+		if g, ok := got[k]; !ok {
+			d = append(d, fmt.Sprintf("window %s %s missing (want %v)", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), want[k]))
+		} else if g != want[k] {
+			d = append(d, fmt.Sprintf("window %s %s: %v, want %v", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), g, want[k]))
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(got), cmpWin) {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("window %s %s written early or never closed: %v", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), got[k]))
+		}
+	}
+	if len(d) > 4 {
+		d = append(d[:4], fmt.Sprintf("and %d more", len(d)-4))
+	}
+	return strings.Join(d, "; ")
+}
+
+func cmpWin(a, b winKey) int {
+	if c := cmp.Compare(a.start, b.start); c != 0 {
+		return c
+	}
+	return strings.Compare(a.user, b.user)
+}
+
+// waitFinal waits until every subtask of the window operator is at the
+// model's watermark and the table holds exactly the model's closed
+// windows. A watermark beyond the model's fails at once: the input cannot
+// carry it there.
+func waitFinal(t *testing.T, j *Job, tab *aggmerge.Table, m *finalModel, seed int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	want, diff := m.closed(), ""
+	for {
+		at, subtasks := true, 0
+		for _, ts := range j.Status().Tasks {
+			if !slices.Contains(ts.Operators, "per_window-window") {
+				continue
+			}
+			subtasks++
+			w := watermark.FromTime(ts.Watermark)
+			if w > m.wm {
+				t.Fatalf("seed %d: %s subtask %d at watermark %s, beyond the input's %s", seed, ts.Chain, ts.Subtask, watermark.Format(w), watermark.Format(m.wm))
+			}
+			at = at && w == m.wm
+		}
+		if at = at && subtasks == m.c.par; at {
+			if diff = diffWindows(scanWindows(t, tab), want); diff == "" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			st := j.Status()
+			t.Fatalf("seed %d: at watermark %s: %v (restarts %d, last failure %+v); table: %s", seed, watermark.Format(m.wm), at, st.Restarts, st.LastFailure, diff)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkFinalLog checks what the table's log retains (it is truncated
+// behind the checkpoints and the exporter): +I entries only, each window
+// once, with its final value.
+func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, seed int64) {
+	t.Helper()
+	seen := map[winKey]bool{}
+	for b := range tab.Schema().Buckets {
+		start, _, err := tab.LogOffsets(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tab.ReadLog(b, start, func(e *aggmerge.Entry) error {
+			if e.Key == nil {
+				return nil // a marker
+			}
+			k := winKey{e.Key[0].Str(), e.Key[1].Time().UnixNano()}
+			switch got := (winAcc{e.After[0].Int(), e.After[1].Int(), e.After[2].Int()}); {
+			case e.Op != aggmerge.Insert:
+				return fmt.Errorf("window %v: a %v entry in the log of a final table", k, e.Op)
+			case seen[k]:
+				return fmt.Errorf("window %v inserted twice", k)
+			case got != want[k]:
+				return fmt.Errorf("window %v inserted as %v, want %v", k, got, want[k])
+			}
+			seen[k] = true
+			return nil
+		}); err != nil {
+			t.Fatalf("seed %d: log of bucket %d: %v", seed, b, err)
+		}
+	}
+}
+
+// checkChangelog checks the committed changelog topic (debezium-json,
+// read_committed): one create ("op": "c", no before image) per window and
+// key with its final value, nothing else.
+func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKey]winAcc, seed int64) {
+	t.Helper()
+	seen := map[winKey]winAcc{}
+	for _, r := range kafkatest.ConsumeAll(t, brokers, topic) {
+		var key struct {
+			User  string    `json:"user"`
+			Start time.Time `json:"window_start"`
+		}
+		var v struct {
+			Op     string          `json:"op"`
+			Before json.RawMessage `json:"before"`
+			After  struct{ Total, N, Top int64 }
+		}
+		if err := json.Unmarshal(r.Key, &key); err != nil {
+			t.Fatalf("seed %d: changelog key %s: %v", seed, r.Key, err)
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil || v.Op != "c" || string(v.Before) != "null" {
+			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a window (%v)", seed, r.Key, r.Value, err)
+		}
+		k := winKey{key.User, key.Start.UnixNano()}
+		if _, dup := seen[k]; dup {
+			t.Fatalf("seed %d: window %v twice in the changelog", seed, k)
+		}
+		seen[k] = winAcc{v.After.Total, v.After.N, v.After.Top}
+	}
+	if d := diffWindows(seen, want); d != "" {
+		t.Fatalf("seed %d: the changelog: %s", seed, d)
+	}
+}
+
+// lateCount sums ebbflow_late_records_total over the window's subtasks.
+func lateCount(t *testing.T, reg *prometheus.Registry, policy pipelines.LatePolicy) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "ebbflow_late_records_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "policy" && l.GetValue() != string(policy) {
+					t.Fatalf("late records counted under policy %s, want %s", l.GetValue(), policy)
+				}
+			}
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return int(n)
+}
+
+// runFinalCase runs a case: the phases, the checks after each, the log,
+// the changelog and the late records at the end.
+func runFinalCase(t *testing.T, c finalCase) {
+	t.Logf("seed %d: %+v", c.seed, c)
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, c.parts)
+	deadLetters := topic + "-late"
+	p := load(t, finalJob(c, "final", brokers, topic, deadLetters))
+	reg := prometheus.NewRegistry()
+	e := openEnv(t, Options{DataDir: t.TempDir(), Registerer: reg}, p)
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	m := newFinalModel(c)
+	kafkatest.Produce(t, brokers, m.phase(topic, true)...)
+	stopExport := exportAll(t, e)
+	j, done := startJob(t, ctx, e, p)
+	tab, _ := e.Table("per_window")
+	for i := range c.phases {
+		if i > 0 {
+			kafkatest.Produce(t, brokers, m.phase(topic, false)...)
+		}
+		waitFinal(t, j, tab, m, c.seed)
+		t.Logf("phase %d: watermark %s, %d windows closed", i, watermark.Format(m.wm), len(m.closed()))
+	}
+	j.Stop()
+	if err := <-done; err != nil {
+		t.Fatalf("seed %d: run: %v", c.seed, err)
+	}
+	want := m.closed()
+	if len(want) == 0 || len(want) == len(m.windows) {
+		t.Fatalf("seed %d: %d of %d windows closed: the case proves little", c.seed, len(want), len(m.windows))
+	}
+	checkFinalLog(t, tab, want, c.seed)
+	stopExport()
+	checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+	if n := lateCount(t, reg, c.late); n != len(m.late) {
+		t.Fatalf("seed %d: %d late records counted, want %d", c.seed, n, len(m.late))
+	}
+	if c.late == pipelines.LateDeadLetter {
+		got := map[int64]bool{}
+		for _, r := range kafkatest.ConsumeAll(t, brokers, deadLetters) {
+			var v struct{ Amount int64 }
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				t.Fatalf("dead letter %s: %v", r.Value, err)
+			}
+			if h := header(r, kafka.HeaderError); !strings.HasPrefix(h, "late: table per_window:") {
+				t.Fatalf("dead letter %s: error header %q", r.Value, h)
+			}
+			got[v.Amount] = true
+		}
+		if !maps.Equal(got, m.late) {
+			t.Fatalf("seed %d: %d dead letters, want the %d late records", c.seed, len(got), len(m.late))
+		}
+	}
+	t.Logf("seed %d: %d windows, %d closed and written once, %d late records", c.seed, len(m.windows), len(want), len(m.late))
+}
+
+// exportAll runs e's changelog exporters until stop is called, which waits
+// until they exported everything the stopped jobs committed, and stops them.
+func exportAll(t *testing.T, e *Env) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	exported := make(chan error, 1)
+	go func() { exported <- e.RunExporters(ctx) }()
+	return func() {
+		t.Helper()
+		defer func() { cancel(); <-exported }()
+		for deadline := time.Now().Add(30 * time.Second); !e.ExportsCaughtUp(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the changelog exporters did not catch up")
+			}
+		}
+	}
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// TestWindowFinalOracle: emit: final with allowed lateness, out-of-order
+// and late records, an idle partition, parallelism 2, for both late
+// policies.
+func TestWindowFinalOracle(t *testing.T) {
+	for _, late := range []pipelines.LatePolicy{pipelines.LateDrop, pipelines.LateDeadLetter} {
+		t.Run(string(late), func(t *testing.T) {
+			runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 5, phases: 5, perPhase: 150,
+				size: 10 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: late})
+		})
+	}
+}
+
+// TestWindowFinalProperty runs the oracle over random cases: partitions,
+// parallelism, keys, window size, lateness (0 included) and bound drawn
+// from the seed.
+func TestWindowFinalProperty(t *testing.T) {
+	seed := crashtest.Seed(t, *seedFlag)
+	rng := rand.New(rand.NewSource(seed))
+	for i := range 3 {
+		c := finalCase{seed: rng.Int63(), parts: 2 + rng.Intn(3), par: 1 + rng.Intn(3), keys: 1 + rng.Intn(8),
+			phases: 3 + rng.Intn(3), perPhase: 20 + rng.Intn(200),
+			size:     time.Duration(1+rng.Intn(30)) * time.Second,
+			lateness: time.Duration(rng.Intn(3)) * time.Duration(rng.Intn(20)) * time.Second,
+			bound:    time.Duration(rng.Intn(5000)) * time.Millisecond,
+			late:     pipelines.LateDrop}
+		t.Run(fmt.Sprint(i), func(t *testing.T) { runFinalCase(t, c) })
+	}
+}

@@ -1,0 +1,283 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+	"github.com/ebbflow/ebbflow/state"
+)
+
+// A windowed table that consults the watermark (emit: final, or late: drop
+// or dead_letter) is fed through "<sink>-window", a keyed processor keyed
+// by the table key (primary key, window_start, window_end, encoded as the
+// table encodes it), and, with late: dead_letter, "<sink>-late" chained
+// after it, before the writer:
+//
+//   - a record whose window closed (the processor's watermark reached
+//     TableWindow.ClosesAt of its end) is late: counted in
+//     ebbflow_late_records_total{table,policy}, then dropped or handed to
+//     "<sink>-late", which dead-letters it;
+//   - emit: updates: any other record goes on to the writer as it is;
+//   - emit: final: its values are folded, as partial aggregates of the
+//     table's own functions (agg.Func Partial and Combine), into the
+//     window's entry of the keyed state "windows", and an event-time timer
+//     is set at ClosesAt. The timer fires once, when the watermark reaches
+//     it; the window's row goes to the writer (Config.Partials) and its
+//     state is deleted. The partials and the timers are keyed state:
+//     checkpointed, restored and rescaled by key group with the rest, so a
+//     restore fires the windows its checkpoint held open, at the same
+//     watermarks, with the same values.
+//
+// Every window of a key and every key fires exactly once, so the table's
+// changelog carries one +I per window and key, and nothing before it
+// closed. The processor is keyed by the whole table key: a firing is one
+// state lookup, and timers of one time fire in the order of the encoded
+// key.
+
+// windowed is what the window operator emits: an on-time record of an
+// updates window (row); a closed final window (key: the table key, vals:
+// the partial aggregate of each column); or, with late set, a late record
+// (row) to dead-letter.
+type windowed struct {
+	row  Row
+	key  []agg.Value
+	vals []agg.Value
+	late error
+}
+
+// windowSink adds the window operator of table t (sink i) reading in, and
+// the writer of the table after it.
+func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table *aggmerge.Table, cfg writer.Config, in runtime.Stream[Row]) error {
+	name := p.Spec.Sinks[i].Name
+	w := t.Window
+	ks := runtime.KeyBy(in, func(r Row) string {
+		k, err := encodeWindowKey(t, table, r, nil)
+		if err != nil {
+			return "" // no table key encodes to nothing: Process finds the error again
+		}
+		return string(k)
+	}, state.StringCodec{})
+	out := runtime.Process(ks, name+"-window", func() runtime.KeyedProcessor[string, Row, windowed] {
+		return newWindowProc(t, table, cfg.Columns)
+	})
+	if w.Late == pipelines.LateDeadLetter {
+		policy, err := e.lateDeadLetters(w.DeadLetter)
+		if err != nil {
+			return err
+		}
+		out = runtime.Apply(out, name+"-late", func() runtime.Operator[windowed, windowed] {
+			return &lateOp{policy: policy, rows: p.NewRowBuilder()}
+		})
+	}
+	cfg.Partials = w.Final
+	rows := mapper(p, t)
+	return writer.To(out, name, cfg, func(v windowed, row *writer.Row) error {
+		if v.row != nil {
+			return rows(v.row, row)
+		}
+		row.Kind = runtime.RowInsert
+		row.Key = append(row.Key[:0], v.key...)
+		row.Vals = append(row.Vals[:0], v.vals...)
+		return nil
+	})
+}
+
+// lateDeadLetters is the dead-letter policy of a window's late records:
+// the topic and connection of source k.
+func (e *Env) lateDeadLetters(k *pipelines.KafkaSource) (*errorPolicy, error) {
+	conn, err := e.KafkaConnection(k.Connection)
+	if err != nil {
+		return nil, err
+	}
+	return &errorPolicy{policy: kafka.DeadLetter, topic: k.DeadLetterTopic, conn: conn}, nil
+}
+
+// encodeWindowKey appends the encoded table key of record r to dst.
+func encodeWindowKey(t *pipelines.Table, table *aggmerge.Table, r Row, dst []byte) ([]byte, error) {
+	key, err := appendKey(t, r, nil)
+	if err != nil {
+		return nil, err
+	}
+	return table.AppendKey(dst, key)
+}
+
+// windowProc is a subtask of "<sink>-window".
+type windowProc struct {
+	t        *pipelines.Table
+	table    *aggmerge.Table
+	keyTypes []agg.Type
+	funcs    []*agg.Func // of the columns written, in the order of t.Columns
+	types    []agg.Type
+	ctx      *runtime.Context
+	timers   *runtime.EventTimers[string]
+	windows  *state.Value[string, []agg.Value] // emit: final: the partials of each open window
+	late     prometheus.Counter
+	vals     []agg.Value
+}
+
+func newWindowProc(t *pipelines.Table, table *aggmerge.Table, cols []string) *windowProc {
+	w := &windowProc{t: t, table: table}
+	sch := table.Schema()
+	for _, c := range sch.Key {
+		w.keyTypes = append(w.keyTypes, c.Type)
+	}
+	for _, name := range cols {
+		i := sch.ValueIndex(name)
+		w.funcs = append(w.funcs, table.Func(i))
+		w.types = append(w.types, sch.Values[i].Type)
+	}
+	return w
+}
+
+func (w *windowProc) Open(ctx *runtime.Context, keyed *state.Keyed) error {
+	w.ctx = ctx
+	w.late = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_late_records_total",
+		Help:        "Records that came after their window closed (the watermark passed its end plus allowed_lateness), by the window's late policy.",
+		ConstLabels: prometheus.Labels{"table": w.t.Spec.Name, "policy": string(w.t.Window.Late)}})
+	if err := ctx.Registerer.Register(w.late); err != nil {
+		return fmt.Errorf("register window metrics: %w", err)
+	}
+	if !w.t.Window.Final {
+		return nil
+	}
+	w.windows = state.NewValue(keyed, "windows", state.StringCodec{}, state.Codec[[]agg.Value](partialsCodec{w.types}))
+	var err error
+	w.timers, err = runtime.NewEventTimers(ctx, keyed, state.StringCodec{})
+	return err
+}
+
+func (w *windowProc) Process(key string, r Row, out *runtime.Collector[windowed]) error {
+	if key == "" {
+		_, err := encodeWindowKey(w.t, w.table, r, nil)
+		return errors.Join(err, fmt.Errorf("table %s: a record without its window key", w.t.Spec.Name))
+	}
+	win := w.t.Window
+	_, end := win.Bounds(r[win.On.Slot].(time.Time)) // the key holds it: not null
+	closes := win.ClosesAt(end)
+	if wm := w.ctx.Watermark(); closes <= wm {
+		w.late.Inc()
+		if win.Late == pipelines.LateDeadLetter {
+			out.Emit(windowed{row: r, late: fmt.Errorf("late: table %s: its window ending %s closed at watermark %s (allowed lateness %s)",
+				w.t.Spec.Name, end.Format(time.RFC3339Nano), watermark.Format(wm), win.Lateness)})
+		}
+		return nil
+	}
+	if !win.Final {
+		out.Emit(windowed{row: r})
+		return nil
+	}
+	vals, err := appendValues(w.t, r, w.vals[:0])
+	w.vals = vals
+	if err != nil {
+		return err
+	}
+	acc, found, err := w.windows.Get(key)
+	if err != nil {
+		return err
+	}
+	next := make([]agg.Value, len(vals)) // the state keeps it
+	for j, v := range vals {
+		in, err := agg.Conform(w.types[j], v)
+		if err != nil {
+			return fmt.Errorf("table %s column %s: %w", w.t.Spec.Name, w.t.Columns[j].Name, err)
+		}
+		next[j] = w.funcs[j].Partial(in)
+		if found {
+			if next[j], err = w.funcs[j].Combine(acc[j], next[j]); err != nil {
+				return fmt.Errorf("table %s column %s: %w", w.t.Spec.Name, w.t.Columns[j].Name, err)
+			}
+		}
+	}
+	if err := w.windows.Put(key, next); err != nil {
+		return err
+	}
+	return w.timers.Register(key, closes)
+}
+
+// OnEventTime fires the window of key: its row goes to the writer, once.
+func (w *windowProc) OnEventTime(key string, _ int64, out *runtime.Collector[windowed]) error {
+	acc, found, err := w.windows.Get(key)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("table %s: a window's timer without its window", w.t.Spec.Name)
+	}
+	k, err := encoding.DecodeKey([]byte(key), w.keyTypes, nil)
+	if err != nil {
+		return fmt.Errorf("table %s: decode window key: %w", w.t.Spec.Name, err)
+	}
+	out.Emit(windowed{key: k, vals: acc})
+	return w.windows.Delete(key)
+}
+
+func (w *windowProc) Close() error { return nil }
+
+// partialsCodec stores a window's partial aggregates as a table row of the
+// columns' types.
+type partialsCodec struct{ types []agg.Type }
+
+func (c partialsCodec) Append(dst []byte, v []agg.Value) []byte {
+	return encoding.AppendRow(dst, c.types, v)
+}
+
+func (c partialsCodec) Decode(src []byte) ([]agg.Value, error) {
+	return encoding.DecodeRow(src, c.types, nil)
+}
+
+// lateOp is a subtask of "<sink>-late": it writes the late records to the
+// dead-letter topic (as JSON, with the reason in a header) and passes the
+// rest on. Its dead letters are flushed at every barrier, so a checkpoint
+// never covers a late record whose dead letter could still be lost.
+type lateOp struct {
+	policy *errorPolicy
+	rows   *pipelines.RowBuilder
+	dl     *kafka.DeadLetterWriter
+	cl     *kgo.Client
+}
+
+func (o *lateOp) Open(ctx *runtime.Context) error {
+	var err error
+	o.dl, o.cl, err = openDeadLetters(ctx, o.policy, "late")
+	return err
+}
+
+func (o *lateOp) ProcessBatch(in []windowed, out *runtime.Collector[windowed]) error {
+	for _, v := range in {
+		if v.late != nil {
+			o.dl.WriteRecord(nil, o.rows.AppendJSON(nil, v.row), v.late)
+			continue
+		}
+		out.Emit(v)
+	}
+	return nil
+}
+
+func (o *lateOp) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	return state.OperatorState{}, o.dl.Flush(ctx)
+}
+
+func (o *lateOp) NotifyComplete(barrier.CheckpointID) error { return nil }
+
+func (o *lateOp) Close() error {
+	if o.cl != nil {
+		o.cl.Close()
+	}
+	return nil
+}
