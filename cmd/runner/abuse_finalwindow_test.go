@@ -1,0 +1,264 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+)
+
+// The final-window crash harness. Every record is on time for its
+// partition or behind its watermark within the allowed lateness, so it
+// counts wherever the watermark falls, across kills, restores and replays;
+// a window fires only once every record of it was read. So every row the
+// table ever holds is a closed window with its exact final value, and the
+// watermark can never have passed a window the input does not close: the
+// least over the partitions of their largest event time, less the bound.
+
+const (
+	finalSize     = 10 * time.Second
+	finalLateness = 5 * time.Second
+	finalBound    = 2 * time.Second
+)
+
+type finalWindow struct {
+	user  string
+	start int64 // ns since the epoch
+}
+
+type finalValue struct{ total, orders, top int64 }
+
+// finalInput makes the records and keeps the exact answer.
+type finalInput struct {
+	t       *testing.T
+	rng     *rand.Rand
+	brokers []string
+	topic   string
+	clock   [3]time.Time // per partition: its largest event time
+	seq     int64
+	windows map[finalWindow]finalValue
+}
+
+// closesAt is TableWindow.ClosesAt of the job's window.
+func closesAt(start int64) int64 {
+	return start + int64(finalSize) - 1 + int64(finalLateness)
+}
+
+// produce writes n records, each to a random partition, whose event time
+// moves that partition's clock on and is at most the bound behind it, or
+// (one in eight) behind its watermark within half the allowed lateness.
+func (in *finalInput) produce(n int) {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		p := in.rng.Intn(len(in.clock))
+		in.clock[p] = in.clock[p].Add(time.Duration(in.rng.Intn(200)) * time.Millisecond)
+		behind := time.Duration(in.rng.Int63n(int64(finalBound)))
+		if in.rng.Intn(8) == 0 {
+			behind = finalBound + time.Duration(in.rng.Int63n(int64(finalLateness/2)))
+		}
+		at := in.clock[p].Add(-behind).Truncate(time.Millisecond)
+		in.add(&recs[i], p, at)
+	}
+	kafkatest.Produce(in.t, in.brokers, recs...)
+}
+
+// add makes the record of partition p at event time at.
+func (in *finalInput) add(rec **kgo.Record, p int, at time.Time) {
+	user := fmt.Sprintf("u%02d", in.rng.Intn(20))
+	in.seq++
+	amount := in.seq%997 + 1
+	k := finalWindow{user, at.UnixNano() - at.UnixNano()%int64(finalSize)}
+	w := in.windows[k]
+	in.windows[k] = finalValue{w.total + amount, w.orders + 1, max(w.top, amount)}
+	v, _ := json.Marshal(map[string]any{"seq": in.seq, "user": user, "amount": amount, "at": at.Format(time.RFC3339Nano)})
+	*rec = &kgo.Record{Topic: in.topic, Partition: int32(p), Value: v}
+}
+
+// end moves every partition's event time an hour on: every window of the
+// input so far closes.
+func (in *finalInput) end() {
+	recs := make([]*kgo.Record, len(in.clock))
+	for p := range in.clock {
+		in.clock[p] = in.clock[p].Add(time.Hour)
+		in.add(&recs[p], p, in.clock[p])
+	}
+	kafkatest.Produce(in.t, in.brokers, recs...)
+}
+
+// highest is the most the watermark can be: the least of the partitions'
+// largest event times, less the bound.
+func (in *finalInput) highest() int64 {
+	least := slices.MinFunc(in.clock[:], func(a, b time.Time) int { return a.Compare(b) })
+	return least.UnixNano() - int64(finalBound) - 1
+}
+
+// closed returns the windows closed at the highest watermark.
+func (in *finalInput) closed() map[finalWindow]finalValue {
+	out := map[finalWindow]finalValue{}
+	for k, v := range in.windows {
+		if closesAt(k.start) <= in.highest() {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// scanFinal reads the table with "table scan -o json".
+func scanFinal(t *testing.T, dir string) map[finalWindow]finalValue {
+	t.Helper()
+	out, code := runCLI(t, nil, "table", "scan", "--data-dir", dir, "--table", "per_window", "-o", "json")
+	if code != 0 {
+		t.Fatalf("table scan: exit %d", code)
+	}
+	got := map[finalWindow]finalValue{}
+	for line := range strings.Lines(out) {
+		var r struct {
+			User               string
+			WindowStart        time.Time `json:"window_start"`
+			WindowEnd          time.Time `json:"window_end"`
+			Total, Orders, Top int64
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("row %q: %v", line, err)
+		}
+		if r.WindowEnd.Sub(r.WindowStart) != finalSize {
+			t.Fatalf("row %q: not a window of %s", line, finalSize)
+		}
+		got[finalWindow{r.User, r.WindowStart.UnixNano()}] = finalValue{r.Total, r.Orders, r.Top}
+	}
+	return got
+}
+
+// diffFinal describes how the rows differ from the closed windows want:
+// a row of a window the input cannot have closed yet is early, a row with
+// another value is wrong; with all, a closed window missing too ("": none).
+func diffFinal(got, want, every map[finalWindow]finalValue, all bool) string {
+	var d []string
+	for _, k := range slices.SortedFunc(maps.Keys(got), cmpFinal) {
+		switch w, ok := want[k]; {
+		case !ok && every[k] != (finalValue{}):
+			d = append(d, fmt.Sprintf("window %s %s written early (it closes at %s)", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), time.Unix(0, closesAt(k.start)).UTC().Format(time.TimeOnly)))
+		case !ok:
+			d = append(d, fmt.Sprintf("window %s %s is not in the input", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly)))
+		case got[k] != w:
+			d = append(d, fmt.Sprintf("window %s %s: %+v, want %+v", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), got[k], w))
+		}
+	}
+	if all {
+		for _, k := range slices.SortedFunc(maps.Keys(want), cmpFinal) {
+			if _, ok := got[k]; !ok {
+				d = append(d, fmt.Sprintf("window %s %s missing", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly)))
+			}
+		}
+	}
+	if len(d) > 4 {
+		d = append(d[:4], fmt.Sprintf("and %d more", len(d)-4))
+	}
+	return strings.Join(d, "; ")
+}
+
+func cmpFinal(a, b finalWindow) int {
+	return cmp.Or(cmp.Compare(a.start, b.start), strings.Compare(a.user, b.user))
+}
+
+// TestAbuseWindowFinalSIGKILL runs a job with an emit: final table from
+// YAML against Kafka, kills the runner with SIGKILL at seeded random
+// moments while input keeps arriving and windows keep closing, restarts
+// it each time, then ends event time and stops it gracefully. After every
+// kill the table (writes past the checkpoint included, which the next
+// start undoes) holds only closed windows, each with its exact final
+// value: never early. At the end the table holds every closed window, and
+// the committed changelog (debezium-json, read_committed) one creation
+// per window and key with its final value, nothing else.
+func TestAbuseWindowFinalSIGKILL(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (replay with -seed %d)", seed, seed)
+	brokers := kafkatest.Brokers(t)
+	in := &finalInput{t: t, rng: rand.New(rand.NewSource(seed)), brokers: brokers,
+		topic: kafkatest.NewTopic(t, brokers, 3), windows: map[finalWindow]finalValue{}}
+	for p := range in.clock {
+		in.clock[p] = time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	}
+	changelog := kafkatest.TopicName(t, brokers)
+	dir := t.TempDir()
+	args := []string{"run", "-f", "testdata/final_windows.yaml", "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
+	env := []string{syncWritesEnv + "=1", "KAFKA_BROKERS=" + strings.Join(brokers, ","), "ORDERS_TOPIC=" + in.topic, "CHANGELOG_TOPIC=" + changelog}
+	undone := 0
+	for k := range *killsFlag {
+		in.produce(200 + in.rng.Intn(500))
+		c := start(t, env, args...)
+		wait := time.Duration(300+in.rng.Intn(1500)) * time.Millisecond
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+			in.produce(20 + in.rng.Intn(80))
+			time.Sleep(time.Duration(5+in.rng.Intn(20)) * time.Millisecond)
+		}
+		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		c.exitCode(t, 30*time.Second)
+		undone += undoneKeys(c)
+		got := scanFinal(t, dir)
+		if d := diffFinal(got, in.closed(), in.windows, false); d != "" {
+			t.Fatalf("seed %d: after kill %d: %s", seed, k+1, d)
+		}
+		t.Logf("kill %d after %s: %d windows in the table, %d closed by the input, %d open (the undo at that run's start restored %d keys)",
+			k+1, wait, len(got), len(in.closed()), len(in.windows)-len(in.closed()), undoneKeys(c))
+	}
+	if undone == 0 {
+		t.Fatalf("seed %d: %d kills, and no undo restored a key: the kills left nothing past the checkpoints, so the test proved little", seed, *killsFlag)
+	}
+	in.end()
+	want := in.closed()
+	c := start(t, env, args...)
+	diff := "not started"
+	waitFor(t, c, 60*time.Second, fmt.Sprintf("every closed window in the table (seed %d)", seed), func() bool {
+		if liveRunner(dir) == "" {
+			return false
+		}
+		diff = diffFinal(scanFinal(t, dir), want, in.windows, true)
+		return diff == ""
+	})
+	stopGracefully(t, c)
+	undone += undoneKeys(c)
+	if d := diffFinal(scanFinal(t, dir), want, in.windows, true); d != "" {
+		t.Fatalf("seed %d: %s", seed, d)
+	}
+	kafkatest.WaitStable(t, brokers, changelog)
+	seen := map[finalWindow]finalValue{}
+	for _, r := range kafkatest.ConsumeAll(t, brokers, changelog) {
+		var key struct {
+			User        string    `json:"user"`
+			WindowStart time.Time `json:"window_start"`
+		}
+		var v struct {
+			Op     string          `json:"op"`
+			Before json.RawMessage `json:"before"`
+			After  struct{ Total, Orders, Top int64 }
+		}
+		if json.Unmarshal(r.Key, &key) != nil || json.Unmarshal(r.Value, &v) != nil || v.Op != "c" || string(v.Before) != "null" {
+			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a window", seed, r.Key, r.Value)
+		}
+		k := finalWindow{key.User, key.WindowStart.UnixNano()}
+		if _, dup := seen[k]; dup {
+			t.Fatalf("seed %d: window %v twice in the committed changelog", seed, k)
+		}
+		seen[k] = finalValue{v.After.Total, v.After.Orders, v.After.Top}
+	}
+	if d := diffFinal(seen, want, in.windows, true); d != "" {
+		t.Fatalf("seed %d: the committed changelog: %s", seed, d)
+	}
+	t.Logf("seed %d: %d windows final, each once in the table and the changelog; undo restored %d keys over the runs", seed, len(want), undone)
+}
