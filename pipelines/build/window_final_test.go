@@ -56,6 +56,7 @@ type finalCase struct {
 	bound            time.Duration
 	late             pipelines.LatePolicy // drop or dead_letter
 	checkpoint       time.Duration        // the checkpoint interval (default 100ms)
+	updates          bool                 // emit: updates (with late: drop or dead_letter)
 }
 
 // winKey is a window of a user; start in ns since the epoch (a time.Time
@@ -129,6 +130,16 @@ func (m *finalModel) phase(topic string, first bool) []*kgo.Record {
 	return recs
 }
 
+// expected returns what the table holds once the job read everything: the
+// closed windows (emit: final), or every window with a record that counted
+// (updates).
+func (m *finalModel) expected() map[winKey]winAcc {
+	if m.c.updates {
+		return maps.Clone(m.windows)
+	}
+	return m.closed()
+}
+
 // closed returns the windows closed at the model's watermark.
 func (m *finalModel) closed() map[winKey]winAcc {
 	out := map[winKey]winAcc{}
@@ -148,6 +159,10 @@ func finalJob(c finalCase, name string, brokers []string, topic, deadLetters str
 		dl = fmt.Sprintf("\n    on_error: dead_letter\n    dead_letter_topic: %s", deadLetters)
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%dms", d/time.Millisecond) }
+	emit := "final"
+	if c.updates {
+		emit = "updates"
+	}
 	if c.checkpoint == 0 {
 		c.checkpoint = 100 * time.Millisecond
 	}
@@ -168,10 +183,10 @@ sink:
       total: {agg: sum, from: amount}
       n: {agg: count}
       top: {agg: max, from: amount}
-    window: {tumble: %s, on: at, emit: final, allowed_lateness: %s, late: %s}
+    window: {tumble: %s, on: at, emit: %[11]s, allowed_lateness: %[8]s, late: %[9]s}
     changelog: {brokers: [%[3]s], topic: %[4]s-changelog, format: debezium-json}
 checkpoint: {interval: %[10]s}
-`, name, c.par, strings.Join(brokers, ","), topic, ms(c.bound), dl, ms(c.size), ms(c.lateness), c.late, ms(c.checkpoint))
+`, name, c.par, strings.Join(brokers, ","), topic, ms(c.bound), dl, ms(c.size), ms(c.lateness), c.late, ms(c.checkpoint), emit)
 }
 
 // scanWindows reads the windowed table.
@@ -223,7 +238,7 @@ func cmpWin(a, b winKey) int {
 func waitFinal(t *testing.T, j *Job, tab *aggmerge.Table, m *finalModel, seed int64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	want, diff := m.closed(), ""
+	want, diff := m.expected(), ""
 	for {
 		at, subtasks := true, 0
 		for _, ts := range j.Status().Tasks {
@@ -380,7 +395,7 @@ func runFinalCase(t *testing.T, c finalCase) {
 			kafkatest.Produce(t, brokers, m.phase(topic, false)...)
 		}
 		waitFinal(t, j, tab, m, c.seed)
-		t.Logf("phase %d: watermark %s, %d windows closed", i, watermark.Format(m.wm), len(m.closed()))
+		t.Logf("phase %d: watermark %s, %d windows closed, %d in the table", i, watermark.Format(m.wm), len(m.closed()), len(m.expected()))
 	}
 	j.Stop()
 	if err := <-done; err != nil {
@@ -390,9 +405,11 @@ func runFinalCase(t *testing.T, c finalCase) {
 	if len(want) == 0 || len(want) == len(m.windows) {
 		t.Fatalf("seed %d: %d of %d windows closed: the case proves little", c.seed, len(want), len(m.windows))
 	}
-	checkFinalLog(t, tab, want, c.seed)
-	stopExport(true)
-	checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+	stopExport(!c.updates)
+	if !c.updates { // an updates table changes its rows: -U/+U
+		checkFinalLog(t, tab, want, c.seed)
+		checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+	}
 	if n := lateCount(t, reg, c.late); n != len(m.late) {
 		t.Fatalf("seed %d: %d late records counted, want %d", c.seed, n, len(m.late))
 	}
@@ -450,6 +467,19 @@ func TestWindowFinalOracle(t *testing.T) {
 		t.Run(string(late), func(t *testing.T) {
 			runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 5, phases: 5, perPhase: 150,
 				size: 10 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: late})
+		})
+	}
+}
+
+// TestWindowUpdatesLate: emit: updates with late: drop and dead_letter
+// consults the watermark too: a record of a closed window is counted and
+// dropped or dead-lettered, the others update their window's row at once
+// (open windows are in the table).
+func TestWindowUpdatesLate(t *testing.T) {
+	for _, late := range []pipelines.LatePolicy{pipelines.LateDrop, pipelines.LateDeadLetter} {
+		t.Run(string(late), func(t *testing.T) {
+			runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 5, phases: 4, perPhase: 150,
+				size: 10 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: late, updates: true})
 		})
 	}
 }
