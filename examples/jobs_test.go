@@ -333,12 +333,25 @@ func TestChained(t *testing.T) {
 
 // TestWindowed produces timestamped orders, out of order, into a topic and
 // reads it to the end (bounded): one row per region and minute of event
-// time, with the exact revenue and count.
+// time, with the exact revenue and count; as the file is (emit: updates)
+// and with emit: final and 10s of allowed lateness (the orders up to 9s
+// behind their partition count; the end of the input closes every window,
+// each written once: one +I per window in the table's log).
 func TestWindowed(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run(fmt.Sprintf("final=%v", final), func(t *testing.T) { testWindowed(t, final) })
+	}
+}
+
+func testWindowed(t *testing.T, final bool) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, 3)
-	p := load(t, "windowed/job.yaml", "source.kafka.brokers=["+strings.Join(brokers, ",")+"]", "source.kafka.topics=["+topic+"]",
-		"source.kafka.bounded=true")
+	sets := []string{"source.kafka.brokers=[" + strings.Join(brokers, ",") + "]", "source.kafka.topics=[" + topic + "]",
+		"source.kafka.bounded=true"}
+	if final {
+		sets = append(sets, "sink.table.window.emit=final", "sink.table.window.allowed_lateness=10s")
+	}
+	p := load(t, "windowed/job.yaml", sets...)
 	type window struct {
 		region string
 		start  time.Time
@@ -378,5 +391,30 @@ func TestWindowed(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("table %v\nwant %v", got, want)
+	}
+	if !final {
+		return
+	}
+	inserts := 0
+	for b := range tab.Schema().Buckets {
+		start, _, err := tab.LogOffsets(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tab.ReadLog(b, start, func(e *aggmerge.Entry) error {
+			switch {
+			case e.Key == nil: // a marker
+			case e.Op != aggmerge.Insert:
+				return fmt.Errorf("a %v entry in the log of a final table", e.Op)
+			default:
+				inserts++
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inserts > len(want) {
+		t.Fatalf("%d inserts for %d windows", inserts, len(want))
 	}
 }
