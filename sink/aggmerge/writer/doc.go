@@ -44,4 +44,7 @@
 //   - Commit markers: when checkpoint N completes, each subtask appends a
 //     commit marker per owned bucket naming the range N covers, for the
 //     changelog exporter.
+//   - Partials: a sink declared Config.Partials takes values that are
+//     partial aggregates already (a final window's pre-aggregated row) and
+//     writes them in Partial mode; undo and the rest are unchanged.
 package writer
