@@ -22,6 +22,11 @@ type Config struct {
 	// expression (Go syntax, matching anywhere unless anchored; internal
 	// topics never match).
 	TopicPattern string
+	// Partitions, if set, are the only partition numbers read of each
+	// topic (the partitions of a repartition topic that a scaled job's
+	// instance owns, docs/SCALING.md); they are spread over the subtasks
+	// by SubtaskFor as usual. Nil: every partition.
+	Partitions []int32
 	// Start is where a job that has no checkpoint for this source begins
 	// (StartEarliest by default). It is never used on restore: then every
 	// partition resumes at its checkpointed offset, and partitions missing
@@ -217,6 +222,11 @@ func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
 	for _, t := range cfg.Topics {
 		if t == "" {
 			errs = append(errs, errors.New("empty topic name"))
+		}
+	}
+	for _, p := range cfg.Partitions {
+		if p < 0 {
+			errs = append(errs, fmt.Errorf("partition %d is negative", p))
 		}
 	}
 	if cfg.Start.kind == startCommitted && cfg.Group == "" {

@@ -17,13 +17,21 @@ import (
 )
 
 // topics finds the partitions a subtask reads: those of the configured
-// topics (or of the topics matching the pattern) that SubtaskFor gives it.
+// topics (or of the topics matching the pattern), among Config.Partitions
+// when it is set, that SubtaskFor gives it.
 type topics struct {
-	names   []string
-	pattern *regexp.Regexp
-	subtask int
-	par     int
-	log     *slog.Logger
+	names      []string
+	pattern    *regexp.Regexp
+	partitions []int32 // nil: all
+	subtask    int
+	par        int
+	log        *slog.Logger
+}
+
+// reads reports whether the subtask reads partition tp.
+func (t *topics) reads(tp topicPartition) bool {
+	return t.matches(tp.topic) && (t.partitions == nil || slices.Contains(t.partitions, tp.partition)) &&
+		SubtaskFor(tp.topic, tp.partition, t.par) == t.subtask
 }
 
 func (t *topics) matches(topic string) bool {
@@ -53,8 +61,8 @@ func (t *topics) owned(ctx context.Context, adm *kadm.Client) (map[topicPartitio
 			return nil, fmt.Errorf("describe topic %q: %w", d.Topic, d.Err)
 		}
 		for p := range d.Partitions {
-			if SubtaskFor(d.Topic, p, t.par) == t.subtask {
-				found[topicPartition{d.Topic, p}] = struct{}{}
+			if tp := (topicPartition{d.Topic, p}); t.reads(tp) {
+				found[tp] = struct{}{}
 			}
 		}
 	}

@@ -147,7 +147,7 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 		return fmt.Errorf("kafka source: register metrics: %w", err)
 	}
 	r.health = &health{fetchErrors: r.m.fetchErrors, log: r.warnLog}
-	r.topics = &topics{names: cfg.Topics, pattern: r.src.re, subtask: ctx.Subtask, par: ctx.Parallelism, log: r.log}
+	r.topics = &topics{names: cfg.Topics, pattern: r.src.re, partitions: cfg.Partitions, subtask: ctx.Subtask, par: ctx.Parallelism, log: r.log}
 	r.parts = make(map[topicPartition]*partState)
 	if cfg.EventTime != nil {
 		r.wms = watermark.NewSplits(cfg.EventTime.MaxOutOfOrderness, cfg.EventTime.IdleTimeout)
@@ -248,9 +248,7 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 			if cfg.Positions != nil {
 				cfg.Positions.restored(ctx.Restored, all.next)
 			}
-			mine := func(tp topicPartition) bool {
-				return r.topics.matches(tp.topic) && SubtaskFor(tp.topic, tp.partition, ctx.Parallelism) == ctx.Subtask
-			}
+			mine := r.topics.reads
 			start = make(map[topicPartition]int64)
 			if cfg.Bounded && all.bounded {
 				stops = make(map[topicPartition]int64)
