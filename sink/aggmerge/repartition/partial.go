@@ -1,0 +1,266 @@
+package repartition
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/ebbflow/ebbflow/internal/base"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+)
+
+// ErrPartial marks a repartition record that is not a partial row of the
+// table.
+var ErrPartial = errors.New("repartition: not a partial row")
+
+// partialVersion is the first byte of every partial row's value.
+const partialVersion = 1
+
+// Codec encodes the partial rows of one writer of a table (its target
+// columns) as repartition records, and decodes them. Record key: the
+// table's encoded primary key (the bytes its bucket is computed from).
+// Record value: a version byte, the row kind, the number of values, and
+// each value self-described (state, kind, payload), so that a column's
+// input (a string for hll, an int for a bitmap) crosses as the mapper
+// made it.
+type Codec struct {
+	table    *aggmerge.Table
+	keyTypes []agg.Type
+	values   int
+}
+
+// NewCodec returns the codec of a writer of table writing columns (empty:
+// all value columns).
+func NewCodec(table *aggmerge.Table, columns []string) (*Codec, error) {
+	sch := table.Schema()
+	c := &Codec{table: table, values: len(columns)}
+	if len(columns) == 0 {
+		c.values = len(sch.Values)
+	}
+	for _, name := range columns {
+		if sch.ValueIndex(name) < 0 {
+			return nil, fmt.Errorf("repartition: table %s has no value column %q", table.Dir(), name)
+		}
+	}
+	for _, k := range sch.Key {
+		c.keyTypes = append(c.keyTypes, k.Type)
+	}
+	return c, nil
+}
+
+// Buckets is the table's bucket count.
+func (c *Codec) Buckets() int { return c.table.Schema().Buckets }
+
+// AppendKey appends the record key of row: its encoded primary key.
+func (c *Codec) AppendKey(dst []byte, row *writer.Row) ([]byte, error) {
+	return c.table.AppendKey(dst, row.Key)
+}
+
+// AppendValue appends the record value of row.
+func (c *Codec) AppendValue(dst []byte, row *writer.Row) ([]byte, error) {
+	if len(row.Vals) != c.values {
+		return nil, fmt.Errorf("repartition: %d values for %d target columns", len(row.Vals), c.values)
+	}
+	dst = append(dst, partialVersion, byte(row.Kind))
+	dst = binary.AppendUvarint(dst, uint64(len(row.Vals)))
+	for _, v := range row.Vals {
+		dst = append(dst, byte(v.State()))
+		if v.IsNull() {
+			continue
+		}
+		dst = append(dst, byte(v.Kind()))
+		switch v.Kind() {
+		case agg.KindBool:
+			dst = append(dst, boolByte(v.Bool()))
+		case agg.KindInt64, agg.KindTimestamp:
+			dst = binary.AppendVarint(dst, v.Int())
+		case agg.KindFloat64:
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float()))
+		case agg.KindDecimal:
+			dst = appendString(dst, v.Decimal().String())
+		case agg.KindString, agg.KindBytes:
+			dst = appendString(dst, v.Str())
+		case agg.KindStringSet:
+			dst = binary.AppendUvarint(dst, uint64(len(v.Set())))
+			for _, e := range v.Set() {
+				dst = appendString(dst, e)
+			}
+		default:
+			return nil, fmt.Errorf("repartition: value of kind %s", v.Kind())
+		}
+	}
+	return dst, nil
+}
+
+// Decode fills row from a repartition record's key and value, reusing
+// row.Key and row.Vals.
+func (c *Codec) Decode(key, value []byte, row *writer.Row) error {
+	var err error
+	if row.Key, err = encoding.DecodeKey(key, c.keyTypes, row.Key[:0]); err != nil {
+		return fmt.Errorf("%w: key: %w", ErrPartial, err)
+	}
+	d := partialDecoder{b: value}
+	if v := d.byte(); d.err == nil && v != partialVersion {
+		return fmt.Errorf("%w: version %d", ErrPartial, v)
+	}
+	row.Kind = base.RowKind(d.byte())
+	if d.err == nil && row.Kind > base.Delete {
+		return fmt.Errorf("%w: row kind %d", ErrPartial, row.Kind)
+	}
+	n := d.uvarint()
+	if d.err == nil && n != uint64(c.values) {
+		return fmt.Errorf("%w: %d values for %d target columns", ErrPartial, n, c.values)
+	}
+	row.Vals = row.Vals[:0]
+	for range c.values {
+		if d.err != nil {
+			break
+		}
+		row.Vals = append(row.Vals, d.value())
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return fmt.Errorf("%w: %w", ErrPartial, d.err)
+	}
+	return nil
+}
+
+// Mapper is the stage-2 writer's mapper of decoded rows.
+func Mapper(r writer.Row, row *writer.Row) error {
+	row.Kind = r.Kind
+	row.Key = append(row.Key[:0], r.Key...)
+	row.Vals = append(row.Vals[:0], r.Vals...)
+	return nil
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func appendString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+type partialDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *partialDecoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (d *partialDecoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.fail("truncated")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *partialDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *partialDecoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *partialDecoder) string() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.fail("truncated string")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *partialDecoder) value() agg.Value {
+	switch st := agg.State(d.byte()); st {
+	case agg.Absent:
+		return agg.Value{}
+	case agg.Null:
+		return agg.NullValue()
+	case agg.Present:
+	default:
+		d.fail("value state %d", st)
+		return agg.Value{}
+	}
+	switch k := agg.Kind(d.byte()); k {
+	case agg.KindBool:
+		b := d.byte()
+		if b > 1 {
+			d.fail("bool %d", b)
+		}
+		return agg.BoolValue(b == 1)
+	case agg.KindInt64:
+		return agg.IntValue(d.varint())
+	case agg.KindTimestamp:
+		return agg.MicrosValue(d.varint())
+	case agg.KindFloat64:
+		if len(d.b) < 8 {
+			d.fail("truncated float")
+			return agg.Value{}
+		}
+		f := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+		d.b = d.b[8:]
+		return agg.FloatValue(f)
+	case agg.KindDecimal:
+		s := d.string()
+		if d.err != nil {
+			return agg.Value{}
+		}
+		dec, err := decimal.NewFromString(s)
+		if err != nil {
+			d.fail("decimal %q: %v", s, err)
+		}
+		return agg.DecimalValue(dec)
+	case agg.KindString:
+		return agg.StringValue(d.string())
+	case agg.KindBytes:
+		return agg.BytesValue([]byte(d.string()))
+	case agg.KindStringSet:
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			d.fail("set of %d", n)
+			return agg.Value{}
+		}
+		elems := make([]string, 0, n)
+		for range n {
+			elems = append(elems, d.string())
+		}
+		return agg.SetValue(elems...)
+	default:
+		d.fail("value kind %d", k)
+		return agg.Value{}
+	}
+}
