@@ -15,5 +15,5 @@
 // Stage 2 reads the partitions the instance owns, read_committed,
 // with an ordinary Kafka source whose offsets live in the job's
 // checkpoints, and writes the decoded rows with the exactly-once writer
-// (Codec.Mapper).
+// (Mapper).
 package repartition

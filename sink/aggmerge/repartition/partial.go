@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/shopspring/decimal"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -262,5 +263,28 @@ func (d *partialDecoder) value() agg.Value {
 	default:
 		d.fail("value kind %d", k)
 		return agg.Value{}
+	}
+}
+
+// Sender returns stage 1's mapping of an input record for Writer.Run: mapper
+// fills the record's row (as the mapper of a writer.To sink would), which
+// is sent, keyed by its encoded primary key, to its bucket's partition.
+func (c *Codec) Sender(mapper writer.Mapper[*kgo.Record]) func(r *kgo.Record, send func(key, value []byte)) error {
+	var row writer.Row
+	return func(r *kgo.Record, send func(key, value []byte)) error {
+		if err := mapper(r, &row); err != nil {
+			return err
+		}
+		// Fresh buffers: the write keeps them until it is done.
+		key, err := c.AppendKey(nil, &row)
+		if err != nil {
+			return err
+		}
+		val, err := c.AppendValue(nil, &row)
+		if err != nil {
+			return err
+		}
+		send(key, val)
+		return nil
 	}
 }

@@ -1,0 +1,296 @@
+package repartition
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/base"
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+)
+
+var seedFlag = flag.Uint64("seed", 0, "seed of the scale test's input (0: a new one)")
+
+const (
+	scaleBuckets = 8
+	scaleInput   = 4 // input partitions
+)
+
+func scaleSchema() aggmerge.Schema {
+	i64 := agg.Type{Kind: agg.KindInt64}
+	return aggmerge.Schema{
+		Key: []aggmerge.Column{{Name: "user", Type: agg.Type{Kind: agg.KindString}}},
+		Values: []aggmerge.Column{
+			{Name: "total", Type: i64, Func: "sum"},
+			{Name: "top", Type: i64, Func: "max"},
+		},
+		Buckets: scaleBuckets,
+	}
+}
+
+// totals is the exact table: user → (sum, max).
+type totals map[string][2]int64
+
+// input makes n seeded orders "<user>,<amount>" from seq from on, adding
+// them to want.
+func input(rng *rand.Rand, topic string, from, n int, want totals) []*kgo.Record {
+	var recs []*kgo.Record
+	for seq := from; seq < from+n; seq++ {
+		user, amount := fmt.Sprintf("u%d", rng.IntN(300)), rng.Int64N(1000)
+		w := want[user]
+		w[0] += amount
+		w[1] = max(w[1], amount)
+		want[user] = w
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(rng.IntN(scaleInput)), Value: fmt.Appendf(nil, "%s,%d", user, amount)})
+	}
+	return recs
+}
+
+// orderRow is stage 1's mapper: "<user>,<amount>" → key user, total and
+// top amount.
+func orderRow(r *kgo.Record, row *writer.Row) error {
+	user, amount, ok := strings.Cut(string(r.Value), ",")
+	n, err := strconv.ParseInt(amount, 10, 64)
+	if !ok || err != nil {
+		return fmt.Errorf("not an order: %q", r.Value)
+	}
+	row.Kind = runtime.RowInsert
+	row.Key = append(row.Key[:0], agg.StringValue(user))
+	row.Vals = append(row.Vals[:0], agg.IntValue(n), agg.IntValue(n))
+	return nil
+}
+
+// instance is one instance of the scaled job: its table, stage 1 (the
+// hop's writer) and stage 2 (a job reading the owned partitions into the
+// table).
+type instance struct {
+	table  *aggmerge.Table
+	owned  []int32
+	polled atomic.Int64 // input records stage 1 mapped
+	job    *runtime.Job
+	stop1  context.CancelFunc
+	done1  chan error
+	done2  chan error
+}
+
+func startInstance(t *testing.T, brokers []string, input, topic string, i, n int) *instance {
+	ctx := t.Context()
+	dir := t.TempDir()
+	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = table.Close() })
+	codec, err := NewCodec(table, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{table: table, owned: Owned(scaleBuckets, i, n), done1: make(chan error, 1), done2: make(chan error, 1)}
+	conn := kafka.Connection{Brokers: brokers}
+
+	w, err := NewWriter(ctx, WriterConfig{Kafka: conn, Group: topic + "-group", Input: []string{input}, Topic: topic,
+		Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := codec.Sender(orderRow)
+	ctx1, stop1 := context.WithCancel(ctx)
+	in.stop1 = stop1
+	go func() {
+		in.done1 <- w.Run(ctx1, 50*time.Millisecond, func(r *kgo.Record, s func(key, value []byte)) error {
+			in.polled.Add(1)
+			return send(r, s)
+		})
+	}()
+
+	src, err := NewSource(SourceConfig{Kafka: conn, Topic: topic, Owned: in.owned}, codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.job = runtime.NewJob(runtime.Options{Name: "scale", DataDir: dir,
+		Checkpoint: runtime.CheckpointOptions{Interval: 50 * time.Millisecond}})
+	rows := runtime.FromSource(in.job, "repartition", src.New)
+	if err := writer.To(rows, "totals", writer.Config{Table: table}, Mapper); err != nil {
+		t.Fatal(err)
+	}
+	go func() { in.done2 <- in.job.Run(ctx) }()
+	return in
+}
+
+// stop ends stage 1 (committing what it polled) and then stage 2 (with a
+// final checkpoint).
+func (in *instance) stop(t *testing.T) {
+	in.stop1()
+	if err := <-in.done1; err != nil {
+		t.Errorf("stage 1: %v", err)
+	}
+	in.job.Stop()
+	if err := <-in.done2; err != nil {
+		t.Errorf("stage 2: %v", err)
+	}
+}
+
+// scan reads a table into got, failing on a row of a bucket the instance
+// does not own or on a key already read from another instance.
+func (in *instance) scan(t *testing.T, got totals, check bool) int {
+	rows := 0
+	err := in.table.Scan(func(r aggmerge.Row) error {
+		rows++
+		user := r.Key[0].Str()
+		if check {
+			key, err := in.table.EncodeKey(r.Key)
+			if err != nil {
+				return err
+			}
+			p := int32(base.Owner(base.BucketOf(key, scaleBuckets), scaleBuckets))
+			if !containsPartition(in.owned, p) {
+				t.Errorf("user %s (partition %d) applied by the instance owning %v", user, p, in.owned)
+			}
+			if _, dup := got[user]; dup {
+				t.Errorf("user %s in two instances' tables", user)
+			}
+		}
+		got[user] = [2]int64{r.Values[0].Int(), r.Values[1].Int()}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func containsPartition(ps []int32, p int32) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+func union(t *testing.T, ins []*instance, check bool) totals {
+	got := make(totals)
+	for _, in := range ins {
+		in.scan(t, got, check)
+	}
+	return got
+}
+
+func diff(got, want totals) string {
+	var d []string
+	for u, w := range want {
+		if g, ok := got[u]; !ok || g != w {
+			d = append(d, fmt.Sprintf("%s: %v, want %v", u, got[u], w))
+		}
+	}
+	for u, g := range got {
+		if _, ok := want[u]; !ok {
+			d = append(d, fmt.Sprintf("%s: %v, want no row", u, g))
+		}
+	}
+	if len(d) > 10 {
+		d = append(d[:10], fmt.Sprintf("… %d in all", len(d)))
+	}
+	return strings.Join(d, "; ")
+}
+
+// waitGroupShared waits until both members of the group have input
+// partitions assigned.
+func waitGroupShared(t *testing.T, brokers []string, group string, members int) {
+	adm := kafkatest.Admin(t, brokers)
+	ctx, cancel := context.WithTimeout(t.Context(), kafkatest.Timeout)
+	defer cancel()
+	for {
+		described, err := adm.DescribeGroups(ctx, group)
+		if err == nil {
+			g := described[group]
+			assigned := 0
+			for _, m := range g.Members {
+				if c, ok := m.Assigned.AsConsumer(); ok && len(c.Topics) > 0 && len(c.Topics[0].Partitions) > 0 {
+					assigned++
+				}
+			}
+			if g.State == "Stable" && assigned == members {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("group %s never had %d members with partitions: %v", group, members, described)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestScaleTwoInstances runs one job in two instances (in this process,
+// each with its own data directory and table, sharing the Kafka cluster):
+// the consumer group spreads the input, the repartition topic takes each
+// row to the partition of its bucket, and each instance applies only the
+// buckets of the partitions it owns. Input arrives before and while both
+// run. At the end the union of the two tables equals the exact aggregates
+// of the seeded input, no key is in both, and each instance applied some.
+func TestScaleTwoInstances(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	brokers := kafkatest.Brokers(t)
+	in := kafkatest.NewTopic(t, brokers, scaleInput)
+	topic := kafkatest.TopicName(t, brokers)
+	want := make(totals)
+	kafkatest.Produce(t, brokers, input(rng, in, 0, 1500, want)...)
+
+	ins := []*instance{startInstance(t, brokers, in, topic, 0, 2), startInstance(t, brokers, in, topic, 1, 2)}
+	waitGroupShared(t, brokers, topic+"-group", 2)
+	for round := range 5 {
+		kafkatest.Produce(t, brokers, input(rng, in, 1500+round*300, 300, want)...)
+	}
+
+	deadline := time.After(kafkatest.Timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for diff(union(t, ins, false), want) != "" {
+		select {
+		case <-deadline:
+			t.Fatalf("the tables never reached the exact totals: %s", diff(union(t, ins, false), want))
+		case err := <-ins[0].done1:
+			t.Fatalf("stage 1 of instance 0 ended: %v", err)
+		case err := <-ins[1].done1:
+			t.Fatalf("stage 1 of instance 1 ended: %v", err)
+		case err := <-ins[0].done2:
+			t.Fatalf("stage 2 of instance 0 ended: %v", err)
+		case err := <-ins[1].done2:
+			t.Fatalf("stage 2 of instance 1 ended: %v", err)
+		case <-tick.C:
+		}
+	}
+	for _, i := range ins {
+		i.stop(t)
+	}
+	if d := diff(union(t, ins, true), want); d != "" {
+		t.Fatalf("after the stop: %s", d)
+	}
+	for n, i := range ins {
+		rows := i.scan(t, make(totals), false)
+		t.Logf("instance %d: owns partitions %v, mapped %d input records, holds %d rows", n, i.owned, i.polled.Load(), rows)
+		if i.polled.Load() == 0 || rows == 0 {
+			t.Errorf("instance %d took no part (mapped %d, rows %d)", n, i.polled.Load(), rows)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package repartition
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/base"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+)
+
+// Owned returns the repartition partitions that instance i of n owns in a
+// static assignment: the partitions p with base.Owner(p, n) = i (none when
+// n exceeds the partitions and i is past them).
+func Owned(partitions, i, n int) []int32 {
+	owned := make([]int32, 0, partitions/n+1)
+	for p := range partitions {
+		if base.Owner(p, n) == i {
+			owned = append(owned, int32(p))
+		}
+	}
+	return owned
+}
+
+// SourceConfig configures stage 2's reader of the owned partitions.
+type SourceConfig struct {
+	// Kafka is how the source reaches the cluster.
+	Kafka kafka.Connection
+	// Topic is the repartition topic.
+	Topic string
+	// Owned are the partitions this instance owns and applies.
+	Owned []int32
+}
+
+// NewSource returns a Kafka source reading the owned partitions of the
+// repartition topic read_committed, from the earliest offset on a fresh
+// start and from the job's checkpoint on restore, decoding each record into
+// the row it carries (a record that is not a partial row of c's table fails
+// the job, naming the record).
+func NewSource(cfg SourceConfig, c *Codec) (*kafka.Source[writer.Row], error) {
+	if cfg.Owned == nil {
+		return nil, fmt.Errorf("repartition source: no owned partitions given")
+	}
+	src, err := kafka.NewSource(kafka.Config{
+		Connection: cfg.Kafka,
+		Topics:     []string{cfg.Topic},
+		Partitions: cfg.Owned,
+		Start:      kafka.StartEarliest(),
+	}, func() kafka.Decoder[writer.Row] {
+		return func(r *kgo.Record) (writer.Row, error) {
+			var row writer.Row
+			err := c.Decode(r.Key, r.Value, &row)
+			return row, err
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("repartition source: %w", err)
+	}
+	return src, nil
+}
