@@ -30,6 +30,7 @@ type JobSection struct {
 	Name           string `yaml:"name" required:"true" doc:"the job's name: letters, digits, '.', '_' and '-'; unique among the jobs of a runner; names its checkpoints and state"`
 	Parallelism    int    `yaml:"parallelism" default:"1" min:"1" max:"32768" doc:"subtasks per operator"`
 	MaxParallelism int    `yaml:"max_parallelism" default:"128" min:"1" max:"32768" doc:"key groups: the most a job can ever be rescaled to; fixed for the job's life"`
+	Scale          *Scale `yaml:"scale" doc:"run the job in several runner processes that share it through Kafka (docs/SCALING.md); absent: this runner runs all of it"`
 }
 
 // Source is one input of the job: exactly one of its kinds.

@@ -126,6 +126,7 @@ func (v *validator) validate() *Pipeline {
 	v.p.Output = cur
 	v.fieldList("key_by", s.KeyBy, cur)
 	v.sinks()
+	v.scale()
 	return v.p
 }
 

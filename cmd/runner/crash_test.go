@@ -48,39 +48,8 @@ func TestSIGKILL(t *testing.T) {
 	args := []string{"run", "-f", "testdata/orders.yaml", "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0",
 		"--set", "source.kafka.brokers=[" + strings.Join(brokers, ",") + "]", "--set", "source.kafka.topics=[" + topic + "]"}
 
-	want := map[string]*userTotal{}
-	var seq int64
-	produce := func(n int) {
-		recs := make([]*kgo.Record, n)
-		for i := range recs {
-			u := rng.Intn(40)
-			user := fmt.Sprintf("u%02d", u)
-			region := []string{"eu", "us", "asia"}[rng.Intn(3)]
-			amount := int64(rng.Intn(1000) + 1)
-			status := "PAID"
-			if rng.Intn(5) == 0 {
-				status = "CANCELLED"
-			}
-			v, _ := json.Marshal(map[string]any{"seq": seq, "user": user, "region": region, "amount": amount, "status": status})
-			// One user, one partition (kafkatest.Produce partitions by
-			// hand): the user's records keep their order, so last_value
-			// has one right answer, and all three partitions get data.
-			recs[i] = &kgo.Record{Topic: topic, Partition: int32(u % 3), Key: []byte(user), Value: v}
-			if status == "PAID" {
-				w := want[user]
-				if w == nil {
-					w = &userTotal{}
-					want[user] = w
-				}
-				w.total += amount * 100
-				w.orders++
-				w.max = max(w.max, amount)
-				w.region, w.last = region, seq
-			}
-			seq++
-		}
-		kafkatest.Produce(t, brokers, recs...)
-	}
+	feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rng, want: map[string]*userTotal{}}
+	produce, want := feed.produce, feed.want
 
 	env := []string{syncWritesEnv + "=1"}
 	undone := 0 // keys restored by the undo at the start of each killed run
@@ -123,6 +92,48 @@ func TestSIGKILL(t *testing.T) {
 		t.Fatalf("seed %d: %s", seed, d)
 	}
 	t.Logf("seed %d: undo restored %d keys over the runs", seed, undone)
+}
+
+// orderFeed produces seeded orders to a topic of three partitions (40
+// users, a user's orders on partition user mod 3, so that they keep their
+// order and last_value has one right answer) and keeps the exact totals of
+// the PAID ones.
+type orderFeed struct {
+	t       *testing.T
+	brokers []string
+	topic   string
+	rng     *rand.Rand
+	want    map[string]*userTotal
+	seq     int64
+}
+
+func (f *orderFeed) produce(n int) {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		u := f.rng.Intn(40)
+		user := fmt.Sprintf("u%02d", u)
+		region := []string{"eu", "us", "asia"}[f.rng.Intn(3)]
+		amount := int64(f.rng.Intn(1000) + 1)
+		status := "PAID"
+		if f.rng.Intn(5) == 0 {
+			status = "CANCELLED"
+		}
+		v, _ := json.Marshal(map[string]any{"seq": f.seq, "user": user, "region": region, "amount": amount, "status": status})
+		recs[i] = &kgo.Record{Topic: f.topic, Partition: int32(u % 3), Key: []byte(user), Value: v}
+		if status == "PAID" {
+			w := f.want[user]
+			if w == nil {
+				w = &userTotal{}
+				f.want[user] = w
+			}
+			w.total += amount * 100
+			w.orders++
+			w.max = max(w.max, amount)
+			w.region, w.last = region, f.seq
+		}
+		f.seq++
+	}
+	kafkatest.Produce(f.t, f.brokers, recs...)
 }
 
 // equalTotals describes the first difference between the scanned table

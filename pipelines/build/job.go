@@ -31,6 +31,8 @@ type Job struct {
 	rt        *runtime.Job
 	sources   []healthChecker // the Kafka sources
 	producers []*producer
+	// side runs beside the runtime job: stage 1 of a scaled job.
+	side []func(context.Context) error
 	// startAny: the data directory held checkpoints of the job when it
 	// was built (it restores them).
 	startAny bool
@@ -57,6 +59,12 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	j := &Job{p: p, rt: runtime.NewJob(opts)}
 	if cps, err := ListCheckpoints(e.opts.DataDir, p.Spec.Job.Name); err == nil && len(cps) > 0 {
 		j.startAny = true
+	}
+	if p.Spec.Job.Scale != nil {
+		if err := e.scaled(j); err != nil {
+			return nil, fmt.Errorf("job %q: scale: %w", p.Spec.Job.Name, err)
+		}
+		return j, nil
 	}
 	var streams []runtime.Stream[Row]
 	for i := range p.Spec.Sources {
@@ -164,11 +172,24 @@ func registeredInput(j *Job, i int, subtasks func() runtime.Source[[]any], row f
 // tableSink adds table sink i of the job: the exactly-once writer of its
 // table, fed with in.
 func (e *Env) tableSink(j *Job, i int, in runtime.Stream[Row]) error {
+	cfg, err := e.writerConfig(j, i)
+	if err != nil {
+		return err
+	}
+	p, t := j.p, j.p.Tables[i]
+	if w := t.Window; w != nil && w.Watermarked() {
+		return windowSink(e, p, i, t, cfg.Table, cfg, in)
+	}
+	return writer.To(in, p.Spec.Sinks[i].Name, cfg, mapper(p, t))
+}
+
+// writerConfig is the exactly-once writer's configuration of table sink i.
+func (e *Env) writerConfig(j *Job, i int) (writer.Config, error) {
 	p := j.p
 	t := p.Tables[i]
 	table, ok := e.tables[t.Spec.Name]
 	if !ok {
-		return fmt.Errorf("table %q is not open", t.Spec.Name)
+		return writer.Config{}, fmt.Errorf("table %q is not open", t.Spec.Name)
 	}
 	cols := make([]string, len(t.Columns))
 	for k, c := range t.Columns {
@@ -176,12 +197,8 @@ func (e *Env) tableSink(j *Job, i int, in runtime.Stream[Row]) error {
 	}
 	// The log is truncated below what the sink's retained checkpoints and
 	// the changelog exporter (whose hold OpenTables placed) still need.
-	cfg := writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
-		UnsafeSkipUndo: e.opts.UnsafeSkipUndo}
-	if w := t.Window; w != nil && w.Watermarked() {
-		return windowSink(e, p, i, t, table, cfg, in)
-	}
-	return writer.To(in, p.Spec.Sinks[i].Name, cfg, mapper(p, t))
+	return writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
+		UnsafeSkipUndo: e.opts.UnsafeSkipUndo}, nil
 }
 
 // datagen adds datagen source i of the job: straight into the job, or
@@ -340,7 +357,7 @@ func (j *Job) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	failed, err := runBeside(ctx, j.rt.Run, runs)
+	failed, err := runBeside(ctx, j.rt.Run, append(runs, j.side...))
 	if failed != nil {
 		return fmt.Errorf("job %q: %w", j.Name(), failed)
 	}

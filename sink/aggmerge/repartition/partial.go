@@ -266,13 +266,18 @@ func (d *partialDecoder) value() agg.Value {
 	}
 }
 
-// Sender returns stage 1's mapping of an input record for Writer.Run: mapper
-// fills the record's row (as the mapper of a writer.To sink would), which
-// is sent, keyed by its encoded primary key, to its bucket's partition.
-func (c *Codec) Sender(mapper writer.Mapper[*kgo.Record]) func(r *kgo.Record, send func(key, value []byte)) error {
+// RowMapper fills row from an input record, as the mapper of a writer.To
+// sink would; ok false drops the record (a filter). It should reuse
+// row.Key and row.Vals.
+type RowMapper func(r *kgo.Record, row *writer.Row) (ok bool, err error)
+
+// Sender returns stage 1's mapping of an input record for Writer.Run: the
+// row mapper fills the record's row, which is sent, keyed by its encoded
+// primary key, to its bucket's partition.
+func (c *Codec) Sender(mapper RowMapper) func(r *kgo.Record, send func(key, value []byte)) error {
 	var row writer.Row
 	return func(r *kgo.Record, send func(key, value []byte)) error {
-		if err := mapper(r, &row); err != nil {
+		if ok, err := mapper(r, &row); !ok || err != nil {
 			return err
 		}
 		// Fresh buffers: the write keeps them until it is done.

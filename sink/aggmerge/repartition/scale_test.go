@@ -62,16 +62,16 @@ func input(rng *rand.Rand, topic string, from, n int, want totals) []*kgo.Record
 
 // orderRow is stage 1's mapper: "<user>,<amount>" → key user, total and
 // top amount.
-func orderRow(r *kgo.Record, row *writer.Row) error {
+func orderRow(r *kgo.Record, row *writer.Row) (bool, error) {
 	user, amount, ok := strings.Cut(string(r.Value), ",")
 	n, err := strconv.ParseInt(amount, 10, 64)
 	if !ok || err != nil {
-		return fmt.Errorf("not an order: %q", r.Value)
+		return false, fmt.Errorf("not an order: %q", r.Value)
 	}
 	row.Kind = runtime.RowInsert
 	row.Key = append(row.Key[:0], agg.StringValue(user))
 	row.Vals = append(row.Vals[:0], agg.IntValue(n), agg.IntValue(n))
-	return nil
+	return true, nil
 }
 
 // instance is one instance of the scaled job: its table, stage 1 (the
@@ -208,34 +208,6 @@ func diff(got, want totals) string {
 	return strings.Join(d, "; ")
 }
 
-// waitGroupShared waits until both members of the group have input
-// partitions assigned.
-func waitGroupShared(t *testing.T, brokers []string, group string, members int) {
-	adm := kafkatest.Admin(t, brokers)
-	ctx, cancel := context.WithTimeout(t.Context(), kafkatest.Timeout)
-	defer cancel()
-	for {
-		described, err := adm.DescribeGroups(ctx, group)
-		if err == nil {
-			g := described[group]
-			assigned := 0
-			for _, m := range g.Members {
-				if c, ok := m.Assigned.AsConsumer(); ok && len(c.Topics) > 0 && len(c.Topics[0].Partitions) > 0 {
-					assigned++
-				}
-			}
-			if g.State == "Stable" && assigned == members {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("group %s never had %d members with partitions: %v", group, members, described)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // TestScaleTwoInstances runs one job in two instances (in this process,
 // each with its own data directory and table, sharing the Kafka cluster):
 // the consumer group spreads the input, the repartition topic takes each
@@ -257,7 +229,7 @@ func TestScaleTwoInstances(t *testing.T) {
 	kafkatest.Produce(t, brokers, input(rng, in, 0, 1500, want)...)
 
 	ins := []*instance{startInstance(t, brokers, in, topic, 0, 2), startInstance(t, brokers, in, topic, 1, 2)}
-	waitGroupShared(t, brokers, topic+"-group", 2)
+	kafkatest.WaitGroupShared(t, brokers, topic+"-group", 2)
 	for round := range 5 {
 		kafkatest.Produce(t, brokers, input(rng, in, 1500+round*300, 300, want)...)
 	}

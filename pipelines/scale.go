@@ -1,0 +1,77 @@
+package pipelines
+
+// Scale runs one job in several runner processes that share its work
+// through Kafka (docs/SCALING.md).
+type Scale struct {
+	Mode      ScaleMode `yaml:"mode" required:"true" doc:"kafka: the runners share the input through a consumer group (<job>.scale) and the table's buckets through a repartition topic"`
+	Instance  int       `yaml:"instance" default:"0" min:"0" max:"65535" doc:"this runner's number, 0 to instances-1 (set it per runner, e.g. --set job.scale.instance=1): it applies the buckets b with b mod instances = instance"`
+	Instances int       `yaml:"instances" required:"true" min:"1" max:"65536" doc:"how many runners run the job; every runner's file gives the same number"`
+	Topic     string    `yaml:"repartition_topic" doc:"the repartition topic, one partition per bucket (default: <job>.<table>.repartition)"`
+}
+
+// ScaleMode is how the instances of a scaled job share it.
+type ScaleMode string
+
+func (ScaleMode) enumValues() []string { return []string{"kafka"} }
+
+// RepartitionTopic returns the repartition topic of a scaled job.
+func (p *Pipeline) RepartitionTopic() string {
+	if t := p.Spec.Job.Scale.Topic; t != "" {
+		return t
+	}
+	return p.Spec.Job.Name + "." + p.Tables[0].Spec.Name + ".repartition"
+}
+
+// scale checks what a scaled job may hold today: one Kafka source of
+// plain records, stateless transforms, one table sink without changelog
+// or window.
+func (v *validator) scale() {
+	sc := v.spec.Job.Scale
+	if sc == nil {
+		return
+	}
+	if sc.Instances > 0 && sc.Instance >= sc.Instances {
+		v.fail("job.scale.instance", "instance %d of %d: want 0 to %d", sc.Instance, sc.Instances, sc.Instances-1)
+	}
+	if t := sc.Topic; t != "" {
+		if err := CheckName(t); err != nil {
+			v.fail("job.scale.repartition_topic", "%v", err)
+		}
+	}
+	const why = "scale mode supports one Kafka source of json or raw records (docs/SCALING.md)"
+	if len(v.spec.Sources) != 1 {
+		v.fail("source", "%s, not %d sources", why, len(v.spec.Sources))
+	} else if k := v.spec.Sources[0].Kafka; k == nil {
+		v.fail("source", "%s, not a %s source", why, v.spec.Sources[0].Kind())
+	} else {
+		path := v.elem("source", 0) + ".kafka"
+		switch {
+		case k.Format.Changelog():
+			v.fail(path+".format", "%s, not format %s", why, k.Format)
+		case k.EventTime != nil:
+			v.fail(path+".event_time", "%s: event time is not supported in scale mode yet", why)
+		case k.Bounded:
+			v.fail(path+".bounded", "%s: a bounded source is not supported in scale mode yet", why)
+		case k.TopicPattern != "":
+			v.fail(path+".topic_pattern", "%s: name the topics (topic_pattern is not supported in scale mode yet)", why)
+		case k.IsolationLevel != "read_committed":
+			v.fail(path+".isolation_level", "%s: stage 1 reads read_committed", why)
+		case k.StartOffset != "earliest":
+			v.fail(path+".start_offset", "%s: the group's committed offsets, else earliest, are where it starts", why)
+		case k.OnError != "fail":
+			v.fail(path+".on_error", "%s: on_error %s is not supported in scale mode yet (fail only)", why, k.OnError)
+		}
+	}
+	const sinkWhy = "scale mode supports one table sink without changelog or window (docs/SCALING.md)"
+	if len(v.spec.Sinks) != 1 {
+		v.fail("sink", "%s, not %d sinks", sinkWhy, len(v.spec.Sinks))
+	} else if t := v.spec.Sinks[0].Table; t != nil {
+		path := v.elem("sink", 0) + ".table"
+		if t.Changelog != nil {
+			v.fail(path+".changelog", "%s: the changelog of a scaled table is not exported yet", sinkWhy)
+		}
+		if t.Window != nil {
+			v.fail(path+".window", "%s: windows need event time", sinkWhy)
+		}
+	}
+}
