@@ -52,7 +52,7 @@ func (e *Env) scaled(j *Job) error {
 	})
 	wcfg := repartition.WriterConfig{Kafka: conn, Group: p.Spec.Job.Name + ".scale", Input: k.Topics,
 		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
-		Logger: e.log.With("job", p.Spec.Job.Name, "stage", 1)}
+		InstanceID: fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance), Logger: e.log.With("job", p.Spec.Job.Name, "stage", 1)}
 	every := p.Spec.Checkpoint.Interval.Std()
 	if every <= 0 {
 		every = time.Second

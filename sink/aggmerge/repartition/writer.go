@@ -36,8 +36,14 @@ type WriterConfig struct {
 	// TransactionalID is fixed per instance: a restarted instance fences
 	// its previous incarnation with it.
 	TransactionalID string
-	// SessionTimeout is the group's session timeout (franz-go's default
-	// when 0).
+	// InstanceID, if set, makes the writer a static member of the group
+	// (KIP-345): a restarted instance gets its input partitions back at
+	// once, without a rebalance, and its previous incarnation is fenced.
+	// A static member does not leave the group when it closes: its
+	// partitions move to the others only after the session timeout.
+	InstanceID string
+	// SessionTimeout is the group's session timeout (franz-go's default,
+	// 45s, when 0).
 	SessionTimeout time.Duration
 	// Logger receives franz-go's warnings and the writer's (nil: discard).
 	Logger *slog.Logger
@@ -92,6 +98,9 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.WithLogger(kgoLogger{log}),
 	)
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
 	}
