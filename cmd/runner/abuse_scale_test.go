@@ -211,3 +211,52 @@ func TestAbuseScaleBadRecord(t *testing.T) {
 		t.Fatalf("the group's offset passed the bad record: %d", o.At)
 	}
 }
+
+// TestAbuseScaleLayoutChange: a data directory records which instance of
+// a scaled job it holds, and a run that would apply other buckets to its
+// table is refused with exit 3, naming both layouts, and changes nothing:
+// another instance count or number, the job without job.scale, and a
+// scaled instance on the checkpoints of a single-process run. The run as
+// before still works.
+func TestAbuseScaleLayoutChange(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	(&orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(1)), want: map[string]*userTotal{}}).produce(50)
+	job := uniqueJob()
+	repartition := kafkatest.TopicName(t, brokers)
+	scaleArg := func(instance, instances int) []string {
+		return []string{"--set", fmt.Sprintf("job.scale={mode: kafka, instances: %d, instance: %d, repartition_topic: %s}", instances, instance, repartition)}
+	}
+	run := func(dir string, extra ...string) *child {
+		return start(t, nil, slices.Concat(scaledArgs(brokers, topic, job), []string{"--data-dir", dir}, extra)...)
+	}
+	runAndStop := func(dir string, extra ...string) {
+		c := run(dir, extra...)
+		waitFor(t, c, 60*time.Second, "the runner to serve", func() bool { return liveRunner(dir) != "" })
+		stopGracefully(t, c)
+	}
+	refused := func(dir string, want []string, extra ...string) {
+		t.Helper()
+		c := run(dir, extra...)
+		if code := c.exitCode(t, 60*time.Second); code != 3 {
+			t.Fatalf("exit %d, want 3; log:\n%s", code, c.stderr.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(c.stderr.String(), w) {
+				t.Fatalf("the error does not say %q:\n%s", w, c.stderr.String())
+			}
+		}
+	}
+
+	scaled := t.TempDir()
+	runAndStop(scaled, scaleArg(0, 2)...)
+	refused(scaled, []string{"holds instance 0 of 2", "asks for instance 0 of 3", "needs failover"}, scaleArg(0, 3)...)
+	refused(scaled, []string{"holds instance 0 of 2", "asks for instance 1 of 2"}, scaleArg(1, 2)...)
+	refused(scaled, []string{"holds instance 0 of 2", "without job.scale"})
+	runAndStop(scaled, scaleArg(0, 2)...)
+
+	single := t.TempDir()
+	runAndStop(single)
+	refused(single, []string{"checkpoints of a run without job.scale"}, scaleArg(0, 2)...)
+	runAndStop(single)
+}

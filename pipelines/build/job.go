@@ -60,6 +60,9 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	if cps, err := ListCheckpoints(e.opts.DataDir, p.Spec.Job.Name); err == nil && len(cps) > 0 {
 		j.startAny = true
 	}
+	if err := e.checkScale(j); err != nil {
+		return nil, fmt.Errorf("job %q: %w", p.Spec.Job.Name, err)
+	}
 	if p.Spec.Job.Scale != nil {
 		if err := e.scaled(j); err != nil {
 			return nil, fmt.Errorf("job %q: scale: %w", p.Spec.Job.Name, err)

@@ -2,7 +2,13 @@ package build
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -10,6 +16,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // scaled wires instance job.scale.instance of a scaled job
@@ -73,4 +80,71 @@ func (e *Env) scaled(j *Job) error {
 	j.sources = append(j.sources, src)
 	rows := runtime.FromSource(j.rt, "repartition", src.New)
 	return writer.To(rows, p.Spec.Sinks[0].Name, cfg, repartition.Mapper)
+}
+
+// scaleLayout is what a data directory records of the scaled job it runs:
+// which buckets its table holds.
+type scaleLayout struct {
+	Mode      string `json:"mode"`
+	Instance  int    `json:"instance"`
+	Instances int    `json:"instances"`
+	Topic     string `json:"repartition_topic"`
+}
+
+func (l scaleLayout) String() string {
+	return fmt.Sprintf("instance %d of %d (repartition topic %s)", l.Instance, l.Instances, l.Topic)
+}
+
+// scaleFile holds the scaleLayout of a job in a data directory.
+func scaleFile(dataDir, job string) string {
+	return filepath.Join(filepath.Dir(CheckpointDir(dataDir, job)), "scale.json")
+}
+
+// checkScale refuses to run a job on a data directory whose table holds
+// other buckets than the job would apply: a scaled instance on the
+// checkpoints of a single-process run (the input would be counted again
+// on top of the table), a single process on an instance's data, or an
+// instance whose number, count or topic changed (its buckets would move,
+// which needs failover). A scaled job records its layout on its first
+// start.
+func (e *Env) checkScale(j *Job) error {
+	p := j.p
+	path := scaleFile(e.opts.DataDir, p.Spec.Job.Name)
+	var had *scaleLayout
+	switch b, err := os.ReadFile(path); {
+	case err == nil:
+		had = new(scaleLayout)
+		if err := json.Unmarshal(b, had); err != nil {
+			return fmt.Errorf("%s: %w: %v", path, state.ErrCorrupt, err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	sc := p.Spec.Job.Scale
+	if sc == nil {
+		if had != nil {
+			return fmt.Errorf("%w: %s: the data directory holds %s of job %q scaled over Kafka, and the file runs it in one process without job.scale: "+
+				"its table holds only that instance's buckets; run it with the same job.scale, or use a new data directory",
+				runtime.ErrRestore, path, had, p.Spec.Job.Name)
+		}
+		return nil
+	}
+	now := scaleLayout{Mode: string(sc.Mode), Instance: sc.Instance, Instances: sc.Instances, Topic: p.RepartitionTopic()}
+	switch {
+	case had == nil && j.startAny:
+		return fmt.Errorf("%w: job %q has checkpoints of a run without job.scale in %s: a scaled instance cannot take over that table "+
+			"(its input would be counted again on top of it); use a new data directory",
+			runtime.ErrRestore, p.Spec.Job.Name, CheckpointDir(e.opts.DataDir, p.Spec.Job.Name))
+	case had != nil && *had != now:
+		return fmt.Errorf("%w: %s: the data directory holds %s, and the file asks for %s: "+
+			"moving buckets between instances needs failover, which is not built yet (docs/SCALING.md); run it as before, or use a new data directory",
+			runtime.ErrRestore, path, had, now)
+	case had == nil:
+		if err := state.MkdirSync(filepath.Dir(path)); err != nil {
+			return err
+		}
+		_, _, err := state.WriteFileAtomic(path, func(w io.Writer) error { return json.NewEncoder(w).Encode(now) })
+		return err
+	}
+	return nil
 }
