@@ -1,5 +1,7 @@
 package pipelines
 
+import "time"
+
 // Scale runs one job in several runner processes that share its work
 // through Kafka (docs/SCALING.md).
 type Scale struct {
@@ -37,6 +39,9 @@ func (v *validator) scale() {
 		if err := CheckName(t); err != nil {
 			v.fail("job.scale.repartition_topic", "%v", err)
 		}
+	}
+	if iv := v.spec.Checkpoint.Interval.Std(); iv > 5*time.Minute {
+		v.fail("checkpoint.interval", "interval %s: in scale mode at most 5m (a stage-1 transaction stays open for an interval, and the broker aborts one after 15 minutes by default)", iv)
 	}
 	const why = "scale mode supports one Kafka source of json or raw records (docs/SCALING.md)"
 	if len(v.spec.Sources) != 1 {

@@ -130,9 +130,12 @@ func scaledArgs(brokers []string, topic, job string) []string {
 		"--set", "source.kafka.brokers=[" + strings.Join(brokers, ",") + "]", "--set", "source.kafka.topics=[" + topic + "]"}
 }
 
-// start runs instance i.
-func (sc *scaled) start(i int) *child {
-	return start(sc.t, sc.env, slices.Concat(sc.args, []string{"--data-dir", sc.dirs[i],
+// start runs instance i in its data directory.
+func (sc *scaled) start(i int) *child { return sc.startIn(i, sc.dirs[i]) }
+
+// startIn runs instance i in data directory dir.
+func (sc *scaled) startIn(i int, dir string) *child {
+	return start(sc.t, sc.env, slices.Concat(sc.args, []string{"--data-dir", dir,
 		"--set", fmt.Sprintf("job.scale={mode: kafka, instances: 2, instance: %d, repartition_topic: %s}", i, sc.repartition)})...)
 }
 
@@ -259,4 +262,27 @@ func TestAbuseScaleLayoutChange(t *testing.T) {
 	runAndStop(single)
 	refused(single, []string{"checkpoints of a run without job.scale"}, scaleArg(0, 2)...)
 	runAndStop(single)
+}
+
+// TestAbuseScaleSameInstanceTwice: a second runner started as an
+// instance that already runs (same job, same instance, another data
+// directory) fences the first through the transactional id: the first
+// stops with exit 1, saying why, instead of applying beside it.
+func TestAbuseScaleSameInstanceTwice(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(2)), want: map[string]*userTotal{}}
+	feed.produce(100)
+	sc := newScaled(t, brokers, topic, nil)
+	first := sc.start(0)
+	waitFor(t, first, 60*time.Second, "the first runner to serve", func() bool { return liveRunner(sc.dirs[0]) != "" })
+	second := sc.startIn(0, t.TempDir()) // instance 0 again, in another data directory
+	feed.produce(100)
+	if code := first.exitCode(t, 60*time.Second); code != 1 {
+		t.Fatalf("the first runner: exit %d, want 1; log:\n%s", code, first.stderr.String())
+	}
+	if want := "a newer incarnation of this instance"; !strings.Contains(first.stderr.String(), want) {
+		t.Fatalf("the first runner does not say %q:\n%s", want, first.stderr.String())
+	}
+	stopGracefully(t, second)
 }

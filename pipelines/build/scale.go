@@ -57,13 +57,15 @@ func (e *Env) scaled(j *Job) error {
 		}
 		return true, off.Write(0, row, w)
 	})
-	wcfg := repartition.WriterConfig{Kafka: conn, Group: p.Spec.Job.Name + ".scale", Input: k.Topics,
-		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
-		InstanceID: fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance), Logger: e.log.With("job", p.Spec.Job.Name, "stage", 1)}
 	every := p.Spec.Checkpoint.Interval.Std()
 	if every <= 0 {
 		every = time.Second
 	}
+	wcfg := repartition.WriterConfig{Kafka: conn, Group: p.Spec.Job.Name + ".scale", Input: k.Topics,
+		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
+		InstanceID:         fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance),
+		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
+		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1)}
 	j.side = append(j.side, func(ctx context.Context) error {
 		w, err := repartition.NewWriter(ctx, wcfg)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/base"
@@ -42,6 +43,10 @@ type WriterConfig struct {
 	// A static member does not leave the group when it closes: its
 	// partitions move to the others only after the session timeout.
 	InstanceID string
+	// TransactionTimeout bounds how long a transaction may stay open
+	// before the broker aborts it (franz-go's default, 40s, when 0): more
+	// than the time between two Checkpoints.
+	TransactionTimeout time.Duration
 	// SessionTimeout is the group's session timeout (franz-go's default,
 	// 45s, when 0).
 	SessionTimeout time.Duration
@@ -101,6 +106,9 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
+	if cfg.TransactionTimeout > 0 {
+		opts = append(opts, kgo.TransactionTimeout(cfg.TransactionTimeout))
+	}
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
 	}
@@ -145,9 +153,19 @@ func (w *Writer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("repartition writer: %w", err)
+		return nil, w.fenced(fmt.Errorf("repartition writer: %w", err))
 	}
 	return fs.Records(), nil
+}
+
+// fenced explains an error of a writer that a newer incarnation of its
+// instance fenced, by its transactional id or its static group member.
+func (w *Writer) fenced(err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.FencedInstanceID) {
+		return fmt.Errorf("repartition writer: fenced: a newer incarnation of this instance (transactional id %q, group member %q) runs elsewhere, so this one stops: %w",
+			w.cfg.TransactionalID, w.cfg.InstanceID, err)
+	}
+	return err
 }
 
 // Partition returns the repartition partition of an encoded primary key:
@@ -194,7 +212,7 @@ func (w *Writer) Checkpoint(ctx context.Context) (committed bool, err error) {
 	w.sendErr = nil
 	w.mu.Unlock()
 	if err != nil {
-		return false, fmt.Errorf("repartition writer: end transaction: %w", err)
+		return false, w.fenced(fmt.Errorf("repartition writer: end transaction: %w", err))
 	}
 	if sendErr != nil {
 		return false, fmt.Errorf("repartition writer: transaction aborted: %w", sendErr)
