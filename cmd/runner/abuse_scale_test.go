@@ -41,6 +41,15 @@ func TestAbuseScaleTwoRunners(t *testing.T) {
 	}
 
 	sc.waitExact(runners, feed, seed)
+	for _, dir := range sc.dirs {
+		_, metrics := httpGet(t, "http://"+liveRunner(dir)+"/metrics")
+		for _, want := range []string{`ebbflow_repartition_owned_partitions{job="` + sc.job + `"} 4`,
+			`ebbflow_repartition_transactions_total{job="` + sc.job + `",result="committed"}`, `ebbflow_repartition_rows_sent_total{job="` + sc.job + `"}`} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("%s: /metrics lacks %s", dir, want)
+			}
+		}
+	}
 	for _, c := range runners {
 		stopGracefully(t, c)
 	}
@@ -107,7 +116,7 @@ func TestAbuseScaleSIGKILL(t *testing.T) {
 // data directory.
 type scaled struct {
 	t           *testing.T
-	group       string // stage 1's consumer group
+	job, group  string // the job's name, stage 1's consumer group
 	env, args   []string
 	dirs        []string
 	repartition string
@@ -116,7 +125,7 @@ type scaled struct {
 func newScaled(t *testing.T, brokers []string, topic string, env []string) *scaled {
 	job := uniqueJob()
 	return &scaled{t: t, env: env, dirs: []string{t.TempDir(), t.TempDir()}, repartition: kafkatest.TopicName(t, brokers),
-		group: job + ".scale", args: scaledArgs(brokers, topic, job)}
+		job: job, group: job + ".scale", args: scaledArgs(brokers, topic, job)}
 }
 
 // uniqueJob names the orders job uniquely: its group, static members and

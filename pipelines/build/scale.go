@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/runtime"
@@ -57,6 +58,12 @@ func (e *Env) scaled(j *Job) error {
 		}
 		return true, off.Write(0, row, w)
 	})
+	owned := repartition.Owned(buckets, sc.Instance, sc.Instances)
+	metrics, err := repartition.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"job": p.Spec.Job.Name}, e.opts.Registerer))
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	metrics.Owned(len(owned))
 	every := p.Spec.Checkpoint.Interval.Std()
 	if every <= 0 {
 		every = time.Second
@@ -65,7 +72,7 @@ func (e *Env) scaled(j *Job) error {
 		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
 		InstanceID:         fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance),
 		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
-		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1)}
+		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics}
 	j.side = append(j.side, func(ctx context.Context) error {
 		w, err := repartition.NewWriter(ctx, wcfg)
 		if err != nil {
@@ -75,7 +82,7 @@ func (e *Env) scaled(j *Job) error {
 	})
 
 	src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic,
-		Owned: repartition.Owned(buckets, sc.Instance, sc.Instances)}, codec)
+		Owned: owned}, codec)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -50,8 +52,12 @@ func (h hop) produceInput(t *testing.T, from, to int) {
 func (h hop) writer(t *testing.T) *Writer {
 	ctx, cancel := context.WithTimeout(t.Context(), kafkatest.Timeout)
 	defer cancel()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
 	w, err := NewWriter(ctx, WriterConfig{Kafka: kafka.Connection{Brokers: h.brokers}, Group: h.group,
-		Input: []string{h.input}, Topic: h.topic, Partitions: hopPartitions, Buckets: hopBuckets, TransactionalID: h.txnID})
+		Input: []string{h.input}, Topic: h.topic, Partitions: hopPartitions, Buckets: hopBuckets, TransactionalID: h.txnID, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +89,20 @@ func pollSend(t *testing.T, w *Writer, n int, tag string) []int {
 		t.Fatalf("polled %d input records, want %d: %v", len(seqs), n, seqs)
 	}
 	return seqs
+}
+
+// counts returns a writer's rows sent and transactions committed and
+// aborted.
+func counts(w *Writer) [3]float64 {
+	m := w.cfg.Metrics
+	var out [3]float64
+	for i, c := range []prometheus.Counter{m.sent, m.committed, m.aborted} {
+		var d dto.Metric
+		if err := c.Write(&d); err == nil {
+			out[i] = d.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // committedOffsets sums the group's committed offsets over the input.
@@ -210,6 +230,12 @@ func TestHopFencedZombie(t *testing.T) {
 	}
 	if err := b.Close(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+	if got := counts(a); got != [3]float64{100, 1, 1} {
+		t.Errorf("the zombie's rows sent, committed, aborted: %v, want 100 1 1", got)
+	}
+	if got := counts(b); got != [3]float64{50, 1, 0} {
+		t.Errorf("the new incarnation's rows sent, committed, aborted: %v, want 50 1 0", got)
 	}
 	wantExactly(t, h.read(t), func(seq int) string {
 		if seq < 50 {

@@ -52,6 +52,8 @@ type WriterConfig struct {
 	SessionTimeout time.Duration
 	// Logger receives franz-go's warnings and the writer's (nil: discard).
 	Logger *slog.Logger
+	// Metrics, if set, count the rows sent and the transactions.
+	Metrics *Metrics
 }
 
 // Writer is stage 1 of an instance: it polls the input as a member of the
@@ -162,8 +164,8 @@ func (w *Writer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 // instance fenced, by its transactional id or its static group member.
 func (w *Writer) fenced(err error) error {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.FencedInstanceID) {
-		return fmt.Errorf("repartition writer: fenced: a newer incarnation of this instance (transactional id %q, group member %q) runs elsewhere, so this one stops: %w",
-			w.cfg.TransactionalID, w.cfg.InstanceID, err)
+		return fmt.Errorf("repartition writer: fenced: a newer incarnation of this instance (transactional id %q) runs elsewhere, so this one stops: %w",
+			w.cfg.TransactionalID, err)
 	}
 	return err
 }
@@ -180,6 +182,9 @@ func (w *Writer) Partition(key []byte) int32 {
 // the writer is closed, whatever context the caller polls with.
 func (w *Writer) Send(key, value []byte) {
 	r := &kgo.Record{Topic: w.cfg.Topic, Partition: w.Partition(key), Key: key, Value: value}
+	if m := w.cfg.Metrics; m != nil {
+		m.sent.Inc()
+	}
 	w.sess.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
 			w.mu.Lock()
@@ -208,6 +213,13 @@ func (w *Writer) Checkpoint(ctx context.Context) (committed bool, err error) {
 		try = kgo.TryAbort
 	}
 	committed, err = w.sess.End(ctx, try)
+	if m := w.cfg.Metrics; m != nil {
+		if committed {
+			m.committed.Inc()
+		} else {
+			m.aborted.Inc()
+		}
+	}
 	w.mu.Lock()
 	w.sendErr = nil
 	w.mu.Unlock()

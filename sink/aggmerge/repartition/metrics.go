@@ -1,0 +1,37 @@
+package repartition
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are stage 1's: what it sent and how its transactions ended.
+// The registerer given to NewMetrics adds the job's labels.
+type Metrics struct {
+	sent, committed, aborted prometheus.Counter
+	owned                    prometheus.Gauge
+}
+
+// NewMetrics registers stage 1's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	txns := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_repartition_transactions_total",
+		Help: "Stage-1 transactions ended, by result: committed (the rows and the input offsets), or aborted (a rebalance, a failed write, a fenced writer)."},
+		[]string{"result"})
+	m := &Metrics{
+		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_rows_sent_total",
+			Help: "Partial rows sent to the repartition topic, in committed and aborted transactions."}),
+		committed: txns.WithLabelValues("committed"),
+		aborted:   txns.WithLabelValues("aborted"),
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_repartition_owned_partitions",
+			Help: "Repartition partitions (buckets) this instance owns and applies."}),
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.sent, txns, m.owned} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}
+
+// Owned records how many repartition partitions the instance owns.
+func (m *Metrics) Owned(n int) { m.owned.Set(float64(n)) }
