@@ -24,7 +24,23 @@ var (
 	benchRate    = flag.Int("export.rate", 5_000, "writes per second in BenchmarkVisibility")
 	benchFor     = flag.Duration("export.for", 5*time.Second, "how long BenchmarkVisibility writes")
 	benchCkpt    = flag.Duration("export.checkpoint", time.Second, "commit marker interval in BenchmarkVisibility")
+	benchCodec   = flag.String("export.compression", "", "BenchmarkExport's batch compression (none, snappy, lz4, zstd; empty: the exporter's default)")
 )
+
+// benchConnection is the connection BenchmarkExport exports with, its
+// compression that of -export.compression.
+func benchConnection(b *testing.B, brokers []string) kafka.Connection {
+	conn := kafka.Connection{Brokers: brokers}
+	codecs := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "snappy": kgo.SnappyCompression(),
+		"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression()}
+	switch c, ok := codecs[*benchCodec]; {
+	case ok:
+		conn.ClientOptions = []kgo.Opt{kgo.ProducerBatchCompression(c)}
+	case *benchCodec != "":
+		b.Fatalf("-export.compression %q: want none, snappy, lz4 or zstd", *benchCodec)
+	}
+	return conn
+}
 
 func benchSchema() aggmerge.Schema {
 	return aggmerge.Schema{
@@ -162,7 +178,7 @@ func BenchmarkExport(b *testing.B) {
 			for b.Loop() {
 				topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
 				reg := prometheus.NewRegistry()
-				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, Mode: v.mode,
+				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: benchConnection(b, brokers), Mode: v.mode,
 					NoVersions: v.noVersions, Registerer: reg})
 				if err != nil {
 					b.Fatal(err)
