@@ -99,6 +99,22 @@ func (t *Table) checkBucket(bucket int) error {
 // and is returned. The *Entry is reused between calls; its slices are not
 // and may be kept.
 func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
+	return t.ReadLogWith(bucket, from, LogRead{}, fn)
+}
+
+// LogRead says how ReadLogWith reads a log.
+type LogRead struct {
+	// Reuse reuses the Entry's Key, Before and After between calls: they
+	// are valid only during the call, and a reader that keeps nothing of
+	// them saves their allocation.
+	Reuse bool
+	// MarkersOnly calls fn for the markers only; the other entries are
+	// passed over without decoding their keys and images.
+	MarkersOnly bool
+}
+
+// ReadLogWith is ReadLog read as o says.
+func (t *Table) ReadLogWith(bucket int, from uint64, o LogRead, fn func(*Entry) error) error {
 	if err := t.checkBucket(bucket); err != nil {
 		return err
 	}
@@ -137,9 +153,9 @@ func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 	if !ok {
 		ok = it.First()
 	}
-	var e Entry
+	r := logReader{t: t, bucket: b, from: from, o: o, fn: fn}
 	for ; ok; ok = it.Next() {
-		if err := t.readChunk(b, it.Key(), it.Value(), from, &e, fn); err != nil {
+		if err := r.chunk(it.Key(), it.Value()); err != nil {
 			return err
 		}
 	}
@@ -149,34 +165,44 @@ func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 	return nil
 }
 
-func (t *Table) readChunk(bucket uint32, k, v []byte, from uint64, e *Entry, fn func(*Entry) error) error {
+// logReader decodes the chunks of one ReadLogWith.
+type logReader struct {
+	t      *Table
+	bucket uint32
+	from   uint64
+	o      LogRead
+	fn     func(*Entry) error
+	e      Entry
+	// With o.Reuse: the slices decoded into, kept between entries.
+	key, before, after []agg.Value
+}
+
+func (lr *logReader) chunk(k, v []byte) error {
+	t, e := lr.t, &lr.e
 	_, off, err := encoding.ParseLogKey(k)
 	if err != nil {
-		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, bucket, err)
+		return fmt.Errorf("read log of %q bucket %d: %w", t.dir, lr.bucket, err)
 	}
 	h, recs, err := encoding.DecodeChunk(v)
 	if err != nil {
-		return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, bucket, off, err)
+		return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, lr.bucket, off, err)
 	}
 	for _, r := range recs {
 		n := r.Op.Offsets()
-		if off+n <= from {
+		if off+n <= lr.from || (lr.o.MarkersOnly && r.Op != encoding.OpMarker) {
 			off += n
 			continue
 		}
 		*e = Entry{Writer: Writer{ID: h.Writer, Epoch: h.Epoch}, Undo: h.Undo, Marker: r.Marker}
 		if r.Op != encoding.OpMarker {
-			if e.Key, err = encoding.DecodeKey(r.Key, t.keyTypes, nil); err == nil {
-				e.Before, e.After, err = t.decodeImages(r)
-			}
-			if err != nil {
-				return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, bucket, off, err)
+			if err := lr.decode(r); err != nil {
+				return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, lr.bucket, off, err)
 			}
 		}
 		for _, op := range entryOps(r.Op) {
-			if off >= from {
+			if off >= lr.from {
 				e.Offset, e.Op = off, op
-				if err := fn(e); err != nil {
+				if err := lr.fn(e); err != nil {
 					return err
 				}
 			}
@@ -186,18 +212,31 @@ func (t *Table) readChunk(bucket uint32, k, v []byte, from uint64, e *Entry, fn 
 	return nil
 }
 
-func (t *Table) decodeImages(r encoding.Record) (before, after []agg.Value, err error) {
+// decode decodes r's key and images into the entry, into the slices of the
+// previous entry with o.Reuse.
+func (lr *logReader) decode(r encoding.Record) error {
+	t, e := lr.t, &lr.e
+	if !lr.o.Reuse {
+		lr.key, lr.before, lr.after = nil, nil, nil
+	}
+	var err error
+	if lr.key, err = encoding.DecodeKey(r.Key, t.keyTypes, lr.key); err != nil {
+		return err
+	}
+	e.Key = lr.key
 	if r.Before != nil {
-		if before, err = encoding.DecodeRow(r.Before, t.valTypes, nil); err != nil {
-			return nil, nil, err
+		if lr.before, err = encoding.DecodeRow(r.Before, t.valTypes, lr.before); err != nil {
+			return err
 		}
+		e.Before = lr.before
 	}
 	if r.After != nil {
-		if after, err = encoding.DecodeRow(r.After, t.valTypes, nil); err != nil {
-			return nil, nil, err
+		if lr.after, err = encoding.DecodeRow(r.After, t.valTypes, lr.after); err != nil {
+			return err
 		}
+		e.After = lr.after
 	}
-	return before, after, nil
+	return nil
 }
 
 var (

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +176,71 @@ func TestLogEntries(t *testing.T) {
 	}
 	if err := tbl.ReadLog(0, 6, func(*Entry) error { t.Error("entry at end"); return nil }); err != nil {
 		t.Errorf("read at end: %v", err)
+	}
+}
+
+// TestReadLogWith: MarkersOnly passes the markers only, at their offsets;
+// Reuse reads the same entries as ReadLog without allocating their key and
+// images anew for each.
+func TestReadLogWith(t *testing.T) {
+	tbl, err := Open(t.TempDir(), Schema{
+		Key: []Column{{Name: "id", Type: agg.Int64}}, Values: []Column{{Name: "n", Type: agg.Int64, Func: "sum"}}, Buckets: 1,
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	b, _ := tbl.NewBatch(Writer{ID: "job/sink#0", Epoch: 1}, nil)
+	var markers []uint64
+	for i := range 50 {
+		for k := range 20 {
+			_ = b.Upsert(Aggregate, []agg.Value{agg.IntValue(int64(k))}, []agg.Value{agg.IntValue(int64(i))})
+		}
+		mustApply(t, tbl, b)
+		markers = append(markers, tbl.LogEnds()[0])
+		_ = b.Mark(0, Marker{Kind: MarkerCommit, Checkpoint: uint64(i + 1)})
+		mustApply(t, tbl, b)
+	}
+	read := func(o LogRead, from uint64) (got []string, allocs float64) {
+		t.Helper()
+		allocs = testing.AllocsPerRun(5, func() {
+			got = got[:0]
+			if err := tbl.ReadLogWith(0, from, o, func(e *Entry) error {
+				got = append(got, strconv.FormatUint(e.Offset, 10)+" "+e.Op.String()+" "+vals(e.Key)+" "+vals(e.Before)+">"+vals(e.After))
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return got, allocs
+	}
+	all, allocs := read(LogRead{}, 0)
+	reused, reusedAllocs := read(LogRead{Reuse: true}, 0)
+	if !slices.Equal(all, reused) {
+		t.Errorf("Reuse read other entries:\n%s\nwant:\n%s", strings.Join(reused, "\n"), strings.Join(all, "\n"))
+	}
+	// got's strings are allocated alike; Reuse saves the key and images of
+	// each of the 2,000 entries.
+	if allocs-reusedAllocs < 2000 {
+		t.Errorf("Reuse: %.0f allocations, without: %.0f", reusedAllocs, allocs)
+	}
+	var want []string
+	for _, e := range all {
+		if strings.Contains(e, " marker ") {
+			want = append(want, e)
+		}
+	}
+	if got, _ := read(LogRead{MarkersOnly: true}, 0); !slices.Equal(got, want) || len(got) != len(markers) {
+		t.Errorf("MarkersOnly read:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for i, off := range markers {
+		if !strings.HasPrefix(want[i], strconv.FormatUint(off, 10)+" ") {
+			t.Errorf("marker %d: %s, want at %d", i, want[i], off)
+		}
+	}
+	// From the middle of the log: the markers from there.
+	if got, _ := read(LogRead{MarkersOnly: true}, markers[10]+1); !slices.Equal(got, want[11:]) {
+		t.Errorf("MarkersOnly from %d: %d markers, want %d", markers[10]+1, len(got), len(want[11:]))
 	}
 }
 
