@@ -169,7 +169,7 @@ func checkCrashTopic(t *testing.T, seed int64, brokers []string, topic string, t
 		// stopped.
 		want := map[int32][]uint64{}
 		for b := range testBuckets {
-			chs, err := selectCommitted(tbl, &cursor{bucket: b}, tbl.LogEnds()[b], 1<<30, nil)
+			chs, err := committedChanges(tbl, &cursor{bucket: b}, tbl.LogEnds()[b], 1<<30)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -215,11 +215,12 @@ func (x *Exporter) session(ctx context.Context) error {
 	}
 }
 
-// round selects up to MaxRecordsPerTxn changes over all buckets and
-// produces them in one transaction; it returns the records committed.
+// round selects up to MaxRecordsPerTxn changes, shared among the buckets
+// with entries to export (their partitions are produced to in parallel),
+// and produces each as it is selected, in one transaction: the selection
+// of the next changes overlaps the produce requests of the earlier ones.
+// It returns the records committed.
 func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int, error) {
-	var changes []change
-	var recs []*kgo.Record
 	held := map[int]uint64{} // the restart point of each bucket's last record
 	// The writers' checkpoints before the log ends: their commit markers
 	// are below the ends (see writerCheckpoints).
@@ -228,7 +229,13 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 		ws = x.currentWriters()
 	}
 	ends := x.cfg.Table.LogEnds()
-	if x.cfg.Mode == Uncommitted && slices.ContainsFunc(cs, func(c *cursor) bool { return c.done < ends[c.bucket] }) {
+	pending := 0
+	for _, c := range cs {
+		if c.done < ends[c.bucket] {
+			pending++
+		}
+	}
+	if x.cfg.Mode == Uncommitted && pending > 0 {
 		// The table's writes are unsynced until a checkpoint: a SIGKILL may
 		// lose the last ones. Export only what is durable, never an entry
 		// the table could write differently after a restart.
@@ -236,33 +243,42 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 			return 0, err
 		}
 	}
-	budget := x.cfg.MaxRecordsPerTxn
-	for _, c := range cs {
-		if c.done >= ends[c.bucket] || len(recs) >= budget {
-			continue
-		}
-		var err error
-		changes = changes[:0]
-		if x.cfg.Mode == Uncommitted {
-			changes, err = selectUncommitted(x.cfg.Table, c, ends[c.bucket], budget-len(recs), changes)
-		} else {
-			changes, err = selectCommitted(x.cfg.Table, c, ends[c.bucket], budget-len(recs), changes)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read table %q bucket %d: %w", x.cfg.Name, c.bucket, err)
-		}
-		for i := range changes {
-			recs = x.enc.records(recs, c.bucket, &changes[i])
-		}
-		if len(changes) > 0 {
-			held[c.bucket] = changes[len(changes)-1].resume
+	tx := &txn{ctx: ctx, cl: cl, topic: x.cfg.Topic, ends: slices.Clone(x.ver.ends)}
+	if pending > 0 {
+		share := (x.cfg.MaxRecordsPerTxn + pending - 1) / pending
+		var recs []*kgo.Record
+		for _, c := range cs {
+			if c.done >= ends[c.bucket] {
+				continue
+			}
+			emit := func(ch *change) error {
+				recs = x.enc.records(recs[:0], c.bucket, ch)
+				held[c.bucket] = ch.resume
+				for _, r := range recs {
+					if err := tx.produce(r); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			var err error
+			if x.cfg.Mode == Uncommitted {
+				err = selectUncommitted(x.cfg.Table, c, ends[c.bucket], share, emit)
+			} else {
+				err = selectCommitted(x.cfg.Table, c, ends[c.bucket], share, emit)
+			}
+			if err != nil {
+				x.abort(tx)
+				return 0, fmt.Errorf("read table %q bucket %d: %w", x.cfg.Name, c.bucket, err)
+			}
 		}
 	}
 	due, err := x.dueVersion(ctx, cs, ends, ws)
 	if err != nil {
+		x.abort(tx)
 		return 0, err
 	}
-	if err := x.transact(ctx, cl, recs, due); err != nil {
+	if err := x.commit(tx, due); err != nil {
 		return 0, err
 	}
 	for b, off := range held {
@@ -274,35 +290,78 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 	for _, c := range cs {
 		x.m.lag.WithLabelValues(strconv.Itoa(c.bucket)).Set(float64(ends[c.bucket] - min(c.done, ends[c.bucket])))
 	}
-	return len(recs), nil
+	return tx.records, nil
 }
 
-// transact produces recs in one transaction and commits it, with the
-// version due (if any, and if it holds anything new) produced last, its
-// end offsets those of the transaction's records: the version and the
-// changelog up to it commit together or not at all. With neither records
-// nor a version to publish it does nothing. On any error it tries to
-// abort, and the caller re-initialises the producer: a transaction whose
-// outcome is unknown is never retried blindly, the next session reads
-// what the topic holds instead.
-func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, due *Version) error {
-	ends := slices.Clone(x.ver.ends)
-	var vr *kgo.Record
-	var err error
-	if len(recs) == 0 {
-		if vr, err = x.versionRecord(due, ends); err != nil || vr == nil {
-			return err
+// txn is one export transaction: its records are produced as they are
+// selected, the transaction begun with the first.
+type txn struct {
+	ctx     context.Context
+	cl      *kgo.Client
+	topic   string // the changelog topic
+	open    bool   // begun
+	records int    // changelog records produced
+	mu      sync.Mutex
+	err     error   // the first produce error
+	ends    []int64 // per partition: past the last changelog record acknowledged
+}
+
+// produce produces r, beginning the transaction if it is not yet.
+func (t *txn) produce(r *kgo.Record) error {
+	if !t.open {
+		if err := t.cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("begin transaction: %w", err)
 		}
+		t.open = true
 	}
-	if err := cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+	if r.Topic == t.topic {
+		t.records++
 	}
-	err = produceAll(ctx, cl, recs, func(r *kgo.Record) { ends[r.Partition] = max(ends[r.Partition], r.Offset+1) })
-	if err == nil && len(recs) > 0 {
-		vr, err = x.versionRecord(due, ends)
+	t.cl.Produce(t.ctx, r, t.acked)
+	return nil
+}
+
+func (t *txn) acked(r *kgo.Record, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.err = firstErr(t.err, err)
+		return
+	}
+	if r.Topic == t.topic {
+		t.ends[r.Partition] = max(t.ends[r.Partition], r.Offset+1)
+	}
+}
+
+// flush waits until every record produced is acknowledged and returns the
+// first error.
+func (t *txn) flush() error {
+	err := t.cl.Flush(t.ctx)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return firstErr(err, t.err)
+}
+
+// commit commits tx, with the version due (if any, and if it holds
+// anything new) produced last, its end offsets those of the transaction's
+// records: the version and the changelog up to it commit together or not
+// at all. With neither records nor a version to publish it does nothing.
+// On any error it aborts, and the caller re-initialises the producer: a
+// transaction whose outcome is unknown is never retried blindly, the next
+// session reads what the topic holds instead.
+func (x *Exporter) commit(tx *txn, due *Version) error {
+	err := tx.flush()
+	var vr *kgo.Record
+	if err == nil {
+		vr, err = x.versionRecord(due, tx.ends)
+	}
+	if err == nil && vr == nil && !tx.open {
+		return nil
 	}
 	if err == nil && vr != nil {
-		err = produceAll(ctx, cl, []*kgo.Record{vr}, func(*kgo.Record) {})
+		if err = tx.produce(vr); err == nil {
+			err = tx.flush()
+		}
 	}
 	if err == nil && x.failBeforeCommit != nil {
 		var v *Version
@@ -312,20 +371,15 @@ func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 		err = x.failBeforeCommit(v)
 	}
 	if err == nil {
-		err = cl.EndTransaction(ctx, kgo.TryCommit)
+		err = tx.cl.EndTransaction(tx.ctx, kgo.TryCommit)
 	}
 	if err != nil {
-		x.m.aborts.Inc()
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if aerr := cl.AbortBufferedRecords(actx); aerr == nil {
-			_ = cl.EndTransaction(actx, kgo.TryAbort)
-		}
-		return fmt.Errorf("export transaction of %d records: %w", len(recs), classify(err))
+		x.abort(tx)
+		return fmt.Errorf("export transaction of %d records: %w", tx.records, classify(err))
 	}
-	x.ver.ends = ends
+	x.ver.ends = tx.ends
 	x.m.transactions.Inc()
-	x.m.records.Add(float64(len(recs)))
+	x.m.records.Add(float64(tx.records))
 	x.mu.Lock()
 	x.mu.lastCommit = time.Now()
 	x.mu.Unlock()
@@ -335,27 +389,17 @@ func (x *Exporter) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 	return nil
 }
 
-// produceAll produces recs and waits until all are acknowledged, calling
-// done with each one acknowledged (its Offset set); it returns the first
-// error.
-func produceAll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, done func(*kgo.Record)) error {
-	var mu sync.Mutex
-	var perr error
-	for _, r := range recs {
-		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				perr = firstErr(perr, err)
-				return
-			}
-			done(r)
-		})
+// abort aborts tx if it was begun: its buffered records are dropped.
+func (x *Exporter) abort(tx *txn) {
+	if !tx.open {
+		return
 	}
-	err := cl.Flush(ctx)
-	mu.Lock()
-	defer mu.Unlock()
-	return firstErr(err, perr)
+	x.m.aborts.Inc()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(tx.ctx), 10*time.Second)
+	defer cancel()
+	if err := tx.cl.AbortBufferedRecords(ctx); err == nil {
+		_ = tx.cl.EndTransaction(ctx, kgo.TryAbort)
+	}
 }
 
 // publish records where a restarted exporter would read from (the restart

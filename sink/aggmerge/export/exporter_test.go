@@ -462,3 +462,49 @@ func TestExportHoldsTheLog(t *testing.T) {
 	}
 	sameMaps(t, topicJSON(t, brokers, topic, UpsertJSON), tableJSON(t, tbl))
 }
+
+// TestExportSharesATransactionAmongBuckets: when several buckets have
+// entries to export, a transaction takes some of each, so that their
+// partitions are produced to side by side, not one bucket after another.
+func TestExportSharesATransactionAmongBuckets(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	tbl := openTable(t, t.TempDir())
+	m := newMultiWriter(t, tbl, 1)
+	m.batch(400)
+	m.checkpoint()
+	topic := kafkatest.NewTopic(t, brokers, testBuckets)
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}, MaxRecordsPerTxn: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second transaction waits before its commit: Exported is then
+	// where the first one left every bucket.
+	second, release := make(chan struct{}), make(chan struct{})
+	calls := 0
+	x.failBeforeCommit = func(*Version) error {
+		if calls++; calls == 2 {
+			close(second)
+			<-release
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	select {
+	case <-second:
+	case err := <-done:
+		t.Fatalf("exporter stopped: %v", err)
+	}
+	first := x.Exported()
+	close(release)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for b, off := range first {
+		if off == 0 {
+			t.Errorf("the first transaction exported nothing of bucket %d (exported: %v)", b, first)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func TestFormatsGolden(t *testing.T) {
 			enc := encoder{schema: tbl.Schema(), table: "orders", id: "00000000-0000-0000-0000-000000000000", txnID: "ebbflow-0123456789abcdef-shop-orders", codec: codec, topic: "orders-changelog",
 				now: func() time.Time { return time.UnixMilli(1_735_776_000_123) }}
 			c := &cursor{}
-			chs, err := selectUncommitted(tbl, c, tbl.LogEnds()[0], 100, nil)
+			chs, err := uncommittedChanges(tbl, c, tbl.LogEnds()[0], 100)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,7 +30,7 @@ func TestCommittedModelTwoJobs(t *testing.T) {
 		c := &cursor{}
 		exportSome := func() {
 			budget := 1 + rng.Intn(4)
-			chs, err := selectCommitted(tbl, c, tbl.LogEnds()[0], budget, nil)
+			chs, err := committedChanges(tbl, c, tbl.LogEnds()[0], budget)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -232,37 +232,42 @@ func opOf(before, after []agg.Value) aggmerge.ChangeOp {
 
 var errStop = errors.New("export: stop reading")
 
-// selectUncommitted appends the changes of cursor c's bucket from c.done up
-// to end, at most budget, and advances c.
-func selectUncommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out []change) ([]change, error) {
-	err := t.ReadLog(c.bucket, c.done, func(e *aggmerge.Entry) error {
-		if e.Offset >= end || len(out) >= budget {
+// selectUncommitted passes to emit the changes of cursor c's bucket from
+// c.done up to end, at most budget, and advances c. The changes' slices
+// are valid only during the call.
+func selectUncommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, emit func(*change) error) error {
+	n := 0
+	var ch change
+	err := t.ReadLogWith(c.bucket, c.done, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
+		if e.Offset >= end || n >= budget {
 			return errStop
 		}
 		c.done = e.Offset + 1
 		if e.Op == aggmerge.MarkerEntry || e.Op == aggmerge.UpdateBefore {
 			return nil
 		}
-		out = append(out, change{op: e.Op, offset: e.Offset, key: e.Key, before: e.Before, after: e.After, undo: e.Undo, resume: c.done})
-		return nil
+		n++
+		ch = change{op: e.Op, offset: e.Offset, key: e.Key, before: e.Before, after: e.After, undo: e.Undo, resume: c.done}
+		return emit(&ch)
 	})
 	c.resume = c.done
 	if errors.Is(err, errStop) {
 		err = nil
 	}
-	return out, err
+	return err
 }
 
-// selectCommitted appends the committed changes of cursor c's bucket from
-// c.done up to end, at most budget, and advances c. It stops at the first
-// entry whose fate is not known yet.
-func selectCommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out []change) ([]change, error) {
+// selectCommitted passes to emit the committed changes of cursor c's
+// bucket from c.done up to end, at most budget, and advances c. It stops at
+// the first entry whose fate is not known yet. The changes' slices are
+// valid only during the call.
+func selectCommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, emit func(*change) error) error {
 	if c.scanned < c.resume {
 		c.scanned = c.resume
 	}
 	fresh := false // a marker of the blocking group arrived
 	if c.scanned < end {
-		err := t.ReadLog(c.bucket, c.scanned, func(e *aggmerge.Entry) error {
+		err := t.ReadLogWith(c.bucket, c.scanned, aggmerge.LogRead{MarkersOnly: true}, func(e *aggmerge.Entry) error {
 			if e.Offset >= end {
 				return errStop
 			}
@@ -279,7 +284,7 @@ func selectCommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out [
 			return nil
 		})
 		if err != nil && !errors.Is(err, errStop) {
-			return out, err
+			return err
 		}
 		c.scanned = end
 	}
@@ -291,19 +296,21 @@ func selectCommitted(t *aggmerge.Table, c *cursor, end uint64, budget int, out [
 		registered[r.Writer] = true
 	}
 	if c.blocked != "" && !fresh && registered[c.blockedBy] {
-		return out, nil // nothing can have changed the blocking entry's fate
+		return nil // nothing can have changed the blocking entry's fate
 	}
-	return c.walk(t, end, budget, registered, out)
+	return c.walk(t, end, budget, registered, emit)
 }
 
 // walk re-reads the log from c.resume, rebuilding the masks, and decides
 // entries in order until one is undecided, end, or budget changes.
-func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[string]bool, out []change) ([]change, error) {
+func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[string]bool, emit func(*change) error) error {
 	n := len(t.Schema().Values)
+	emitted := 0
+	var ch change
 	ms := masks{}
 	c.blocked = ""
 	var key []byte
-	err := t.ReadLog(c.bucket, c.resume, func(e *aggmerge.Entry) error {
+	err := t.ReadLogWith(c.bucket, c.resume, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
 		if e.Offset >= end {
 			return errStop
 		}
@@ -321,7 +328,7 @@ func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[
 			c.blocked, c.blockedBy = g, e.Writer.ID
 			return errStop
 		}
-		if fresh && len(out) >= budget {
+		if fresh && emitted >= budget {
 			return errStop
 		}
 		if e.Op == aggmerge.UpdateBefore { // the +U carries both images
@@ -348,8 +355,12 @@ func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[
 			}
 			before, after := mk.project(e.Before, n, ""), mk.project(e.After, n, keep)
 			if !sameRow(before, after) {
-				out = append(out, change{op: opOf(before, after), offset: e.Offset, key: e.Key, before: before, after: after,
-					checkpoint: m.m.Checkpoint, undo: e.Undo, resume: ms.from(e.Offset + 1)})
+				emitted++
+				ch = change{op: opOf(before, after), offset: e.Offset, key: e.Key, before: before, after: after,
+					checkpoint: m.m.Checkpoint, undo: e.Undo, resume: ms.from(e.Offset + 1)}
+				if err := emit(&ch); err != nil {
+					return err
+				}
 			}
 		}
 		if d == undoOf && mk != nil {
@@ -365,7 +376,7 @@ func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return out, err
+		return err
 	}
 	c.resume = ms.from(c.done)
 	i := 0
@@ -373,5 +384,5 @@ func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[
 		i++
 	}
 	c.markers = slices.Delete(c.markers, 0, i)
-	return out, nil
+	return nil
 }

@@ -147,7 +147,7 @@ func selectAll(t testing.TB, tbl *aggmerge.Table, c *cursor, budget int, restart
 	for range 10_000 {
 		end := tbl.LogEnds()[0]
 		before := c.done
-		chs, err := selectCommitted(tbl, c, end, budget, nil)
+		chs, err := committedChanges(tbl, c, end, budget)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +310,7 @@ func TestUncommittedExportsEverything(t *testing.T) {
 	a.add(1, 5)
 	a.restore(1, base, map[int64]*int64{1: ptr(10)})
 	c := &cursor{}
-	chs, err := selectUncommitted(tbl, c, tbl.LogEnds()[0], 100, nil)
+	chs, err := uncommittedChanges(tbl, c, tbl.LogEnds()[0], 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,5 +324,30 @@ func TestUncommittedExportsEverything(t *testing.T) {
 	}
 	if c.done != tbl.LogEnds()[0] || c.resume != c.done {
 		t.Fatalf("cursor %+v, log end %d", c, tbl.LogEnds()[0])
+	}
+}
+
+// committedChanges is selectCommitted collecting copies of the changes.
+func committedChanges(t *aggmerge.Table, c *cursor, end uint64, budget int) ([]change, error) {
+	var out []change
+	err := selectCommitted(t, c, end, budget, collect(&out))
+	return out, err
+}
+
+// uncommittedChanges is selectUncommitted collecting copies of the changes.
+func uncommittedChanges(t *aggmerge.Table, c *cursor, end uint64, budget int) ([]change, error) {
+	var out []change
+	err := selectUncommitted(t, c, end, budget, collect(&out))
+	return out, err
+}
+
+// collect returns an emit that appends a copy of each change to out: the
+// slices of an emitted change are valid only during the call.
+func collect(out *[]change) func(*change) error {
+	return func(ch *change) error {
+		c := *ch
+		c.key, c.before, c.after = slices.Clone(c.key), slices.Clone(c.before), slices.Clone(c.after)
+		*out = append(*out, c)
+		return nil
 	}
 }
