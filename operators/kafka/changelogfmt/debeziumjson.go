@@ -34,12 +34,14 @@ func (debeziumJSON) Name() string { return DebeziumJSONName }
 
 func (debeziumJSON) Envelope() bool { return true }
 
-func (debeziumJSON) Append(dst []*kgo.Record, e *Entry) []*kgo.Record {
-	dst = append(dst, &kgo.Record{Key: e.Key, Value: appendEnvelope(nil, e)})
+func (debeziumJSON) Append(dst []kgo.Record, buf []byte, e *Entry) ([]kgo.Record, []byte) {
+	n := len(buf)
+	buf = appendEnvelope(buf, e)
+	dst = append(dst, kgo.Record{Key: e.Key, Value: buf[n:len(buf):len(buf)]})
 	if e.Op == runtime.RowDelete {
-		dst = append(dst, &kgo.Record{Key: e.Key})
+		dst = append(dst, kgo.Record{Key: e.Key})
 	}
-	return dst
+	return dst, buf
 }
 
 // debeziumOp is the Debezium op code of an exported change.

@@ -25,8 +25,10 @@ type Format interface {
 	// Append appends the records of e to dst: one, or two for a format
 	// that follows a delete with a tombstone. Only Key and Value are set;
 	// the caller adds topic, partition and headers. The records may share
-	// e's slices.
-	Append(dst []*kgo.Record, e *Entry) []*kgo.Record
+	// e's slices; a value Append writes is appended to buf, and the grown
+	// buf returned (a writer keeps one buffer for many records: Append
+	// never writes into what buf held before).
+	Append(dst []kgo.Record, buf []byte, e *Entry) ([]kgo.Record, []byte)
 	// Envelope reports whether Append writes an envelope that carries
 	// Entry.Before, Source and Time; when not, it reads only Op, Key and
 	// After, and a caller may leave the rest unset.

@@ -40,7 +40,9 @@ func TestRoundTrip(t *testing.T) {
 			var n kafka.Normalizer
 			var got []string
 			for i := range entries {
-				for _, r := range f.Append(nil, &entries[i]) {
+				recs, _ := f.Append(nil, nil, &entries[i])
+				for j := range recs {
+					r := &recs[j]
 					c, err := dec(r)
 					if err != nil {
 						t.Fatalf("decode %s / %s: %v", r.Key, r.Value, err)

@@ -26,12 +26,12 @@ func (upsertJSON) Name() string { return UpsertJSONName }
 
 func (upsertJSON) Envelope() bool { return false }
 
-func (upsertJSON) Append(dst []*kgo.Record, e *Entry) []*kgo.Record {
-	r := &kgo.Record{Key: e.Key}
+func (upsertJSON) Append(dst []kgo.Record, buf []byte, e *Entry) ([]kgo.Record, []byte) {
+	r := kgo.Record{Key: e.Key}
 	if e.Op != runtime.RowDelete {
 		r.Value = e.After
 	}
-	return append(dst, r)
+	return append(dst, r), buf
 }
 
 func (upsertJSON) Decoder() kafka.Format[kafka.Change] {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -121,4 +122,28 @@ func orNull(b []byte) []byte {
 		return []byte("null (tombstone)")
 	}
 	return b
+}
+
+// TestEncoderAllocatesPerChunk: encoding a change allocates nothing of its
+// own: its records, headers and bytes come from chunks that hundreds of
+// records share.
+func TestEncoderAllocatesPerChunk(t *testing.T) {
+	ch := change{op: aggmerge.UpdateAfter, offset: 123_456, key: []agg.Value{agg.IntValue(4711)},
+		before: []agg.Value{agg.IntValue(10), agg.IntValue(2), agg.IntValue(1_700_000_000_000_000)},
+		after:  []agg.Value{agg.IntValue(25), agg.IntValue(3), agg.IntValue(1_700_000_000_000_001)}, checkpoint: 17, resume: 123_450}
+	for _, f := range []Format{UpsertJSON, DebeziumJSON} {
+		codec, err := f.codec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc := encoder{schema: benchSchema(), table: "totals", id: "00000000-0000-0000-0000-000000000000", txnID: "ebbflow-export-totals",
+			codec: codec, topic: "totals-changelog", now: time.Now}
+		var recs []*kgo.Record
+		if allocs := testing.AllocsPerRun(2000, func() { recs = enc.records(recs[:0], 1, &ch) }); allocs > 0.1 {
+			t.Errorf("%s: %.2f allocations per change, want at most 0.1", f, allocs)
+		}
+		if r := recs[0]; r.Partition != 1 || len(r.Headers) != numHeaders || string(header(r, HeaderOffset)) != "123456" {
+			t.Errorf("%s: record %+v", f, r)
+		}
+	}
 }

@@ -10,7 +10,11 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 )
 
-// encoder turns changes into Kafka records of one format.
+// encoder turns changes into Kafka records of one format. It hands out
+// records, headers and bytes from chunks it allocates (see room): the
+// records of a transaction stay untouched until it ends, when the chunks
+// are left to the garbage collector, so a record costs no allocation of
+// its own.
 type encoder struct {
 	schema aggmerge.Schema
 	table  string
@@ -19,45 +23,132 @@ type encoder struct {
 	codec  changelogfmt.Format
 	topic  string
 	now    func() time.Time
+
+	buf   []byte             // the records' keys, values and header values
+	recs  []kgo.Record       // records to hand out
+	hdrs  []kgo.RecordHeader // headers to hand out
+	fixed []kgo.RecordHeader // the headers every record carries alike
+	names [][]byte           // per bucket, its decimal number
+	// entry is the entry encoded: a local passed to the codec would move
+	// to the heap.
+	entry changelogfmt.Entry
 }
+
+// The sizes of the chunks an encoder allocates.
+const (
+	chunkBytes   = 64 << 10
+	chunkRecords = 256
+)
+
+// The header values records share.
+var (
+	trueValue   = []byte("true")
+	falseValue  = []byte("false")
+	insertValue = []byte(aggmerge.Insert.String())
+	updateValue = []byte(aggmerge.UpdateAfter.String())
+	deleteValue = []byte(aggmerge.Delete.String())
+)
+
+func opValue(op aggmerge.ChangeOp) []byte {
+	switch op {
+	case aggmerge.Insert:
+		return insertValue
+	case aggmerge.UpdateAfter:
+		return updateValue
+	case aggmerge.Delete:
+		return deleteValue
+	}
+	return []byte(op.String())
+}
+
+// room makes sure the chunks have room for one more change.
+func (e *encoder) room() {
+	if cap(e.buf)-len(e.buf) < chunkBytes/4 {
+		e.buf = make([]byte, 0, chunkBytes)
+	}
+	if cap(e.recs)-len(e.recs) < 2 {
+		e.recs = make([]kgo.Record, 0, chunkRecords)
+	}
+	if cap(e.hdrs)-len(e.hdrs) < numHeaders {
+		e.hdrs = make([]kgo.RecordHeader, 0, chunkRecords*numHeaders)
+	}
+	if e.fixed == nil {
+		e.fixed = []kgo.RecordHeader{
+			{Key: HeaderTable, Value: []byte(e.table)},
+			{Key: HeaderTableID, Value: []byte(e.id)},
+			{Key: HeaderTransactionalID, Value: []byte(e.txnID)},
+		}
+	}
+}
+
+// bytes returns what was appended to e.buf from n on, its capacity capped
+// so that nobody appends into the chunk through it.
+func (e *encoder) bytes(n int) []byte { return e.buf[n:len(e.buf):len(e.buf)] }
 
 // records appends the records of c, exported from bucket, to dst: one,
 // or two for a Debezium delete (the "d" record and its tombstone), all
 // with the same headers.
 func (e *encoder) records(dst []*kgo.Record, bucket int, c *change) []*kgo.Record {
+	e.room()
 	s := &e.schema
-	en := changelogfmt.Entry{Op: c.op, Key: appendKey(nil, s, c.key)}
+	n := len(e.buf)
+	e.buf = appendKey(e.buf, s, c.key)
+	en := &e.entry
+	*en = changelogfmt.Entry{Op: c.op, Key: e.bytes(n)}
 	if c.after != nil {
-		en.After = appendRow(nil, s, c.key, c.after)
+		n = len(e.buf)
+		e.buf = appendRow(e.buf, s, c.key, c.after)
+		en.After = e.bytes(n)
 	}
 	if e.codec.Envelope() {
 		if c.before != nil {
-			en.Before = appendRow(nil, s, c.key, c.before)
+			n = len(e.buf)
+			e.buf = appendRow(e.buf, s, c.key, c.before)
+			en.Before = e.bytes(n)
 		}
 		en.Source = changelogfmt.Source{Table: e.table, Bucket: bucket, LogOffset: c.offset, Checkpoint: c.checkpoint, Undo: c.undo}
 		en.Time = e.now()
 	}
-	n := len(dst)
-	dst = e.codec.Append(dst, &en)
+	first := len(e.recs)
+	e.recs, e.buf = e.codec.Append(e.recs, e.buf, en)
 	headers := e.headers(bucket, c)
-	for _, r := range dst[n:] {
+	for i := first; i < len(e.recs); i++ {
+		r := &e.recs[i]
 		r.Topic, r.Partition, r.Headers = e.topic, int32(bucket), headers
+		dst = append(dst, r)
 	}
 	return dst
 }
 
+// numHeaders is the number of headers of a record.
+const numHeaders = 9
+
 func (e *encoder) headers(bucket int, c *change) []kgo.RecordHeader {
-	return []kgo.RecordHeader{
-		{Key: HeaderTable, Value: []byte(e.table)},
-		{Key: HeaderTableID, Value: []byte(e.id)},
-		{Key: HeaderBucket, Value: strconv.AppendInt(nil, int64(bucket), 10)},
-		{Key: HeaderOffset, Value: strconv.AppendUint(nil, c.offset, 10)},
-		{Key: HeaderCheckpoint, Value: strconv.AppendUint(nil, c.checkpoint, 10)},
-		{Key: HeaderUndo, Value: strconv.AppendBool(nil, c.undo)},
-		{Key: HeaderOp, Value: []byte(c.op.String())},
-		{Key: HeaderResume, Value: strconv.AppendUint(nil, c.resume, 10)},
-		{Key: HeaderTransactionalID, Value: []byte(e.txnID)},
+	for len(e.names) <= bucket {
+		e.names = append(e.names, strconv.AppendInt(nil, int64(len(e.names)), 10))
 	}
+	num := func(v uint64) []byte {
+		n := len(e.buf)
+		e.buf = strconv.AppendUint(e.buf, v, 10)
+		return e.bytes(n)
+	}
+	undo := falseValue
+	if c.undo {
+		undo = trueValue
+	}
+	h := len(e.hdrs)
+	e.hdrs = append(e.hdrs,
+		e.fixed[0],
+		e.fixed[1],
+		kgo.RecordHeader{Key: HeaderBucket, Value: e.names[bucket]},
+		kgo.RecordHeader{Key: HeaderOffset, Value: num(c.offset)},
+		kgo.RecordHeader{Key: HeaderCheckpoint, Value: num(c.checkpoint)},
+		kgo.RecordHeader{Key: HeaderUndo, Value: undo},
+		kgo.RecordHeader{Key: HeaderOp, Value: opValue(c.op)},
+		kgo.RecordHeader{Key: HeaderResume, Value: num(c.resume)},
+		e.fixed[2],
+	)
+	return e.hdrs[h:len(e.hdrs):len(e.hdrs)]
 }
 
 // header returns the value of the named header of r, or nil.
