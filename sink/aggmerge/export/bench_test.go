@@ -24,6 +24,7 @@ var (
 	benchRate    = flag.Int("export.rate", 5_000, "writes per second in BenchmarkVisibility")
 	benchFor     = flag.Duration("export.for", 5*time.Second, "how long BenchmarkVisibility writes")
 	benchCkpt    = flag.Duration("export.checkpoint", time.Second, "commit marker interval in BenchmarkVisibility")
+	benchTxn     = flag.Int("export.txn", 0, "BenchmarkExport's MaxRecordsPerTxn (0: the default)")
 	benchCodec   = flag.String("export.compression", "", "BenchmarkExport's batch compression (none, snappy, lz4, zstd; empty: the exporter's default)")
 )
 
@@ -146,8 +147,10 @@ func (v benchVariant) check(b *testing.B, x *Exporter) {
 // from scratch until caught up. entries/s counts log entries passed, rec/s
 // records produced, both from Run's start (the producer's start-up, topic
 // lookups and resume included); start-ms is the time to the first commit,
-// cpu-µs/rec the process's CPU per record produced (with the embedded
-// broker, its CPU too).
+// steady-rec/s the records per second after it (the first transaction's
+// records included), cpu-µs/rec the process's CPU per record produced
+// (with the embedded broker, its CPU too). -export.compression and
+// -export.txn set the producer's compression and MaxRecordsPerTxn.
 //
 //	go test -run XXX -bench Export -benchtime 3x ./sink/aggmerge/export/
 func BenchmarkExport(b *testing.B) {
@@ -179,7 +182,7 @@ func BenchmarkExport(b *testing.B) {
 				topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
 				reg := prometheus.NewRegistry()
 				x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: benchConnection(b, brokers), Mode: v.mode,
-					NoVersions: v.noVersions, Registerer: reg})
+					NoVersions: v.noVersions, MaxRecordsPerTxn: *benchTxn, Registerer: reg})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -206,6 +209,7 @@ func BenchmarkExport(b *testing.B) {
 			b.ReportMetric(float64(entries)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 			b.ReportMetric(records/b.Elapsed().Seconds(), "rec/s")
 			b.ReportMetric(float64(start.Milliseconds())/float64(b.N), "start-ms")
+			b.ReportMetric(records/(b.Elapsed()-start).Seconds(), "steady-rec/s")
 			b.ReportMetric(float64(cpu.Microseconds())/records, "cpu-µs/rec")
 		})
 	}

@@ -11,8 +11,13 @@
 // (Config.TransactionalID; "ebbflow-export-<name>" when unset, which
 // collides across deployments: the runner derives one per data
 // directory), so a second exporter with the same id fences the first. Each
-// export round reads up to MaxRecordsPerTxn changes over all buckets and
-// commits them in one transaction.
+// export round reads up to MaxRecordsPerTxn changes, shared among the
+// buckets with entries to export, and commits them in one transaction:
+// every record is produced as soon as it is encoded, so the partitions are
+// written in parallel while the next changes are read. The
+// producer compresses its batches with snappy (franz-go's default) unless
+// Kafka.ClientOptions choose another compression
+// (kgo.ProducerBatchCompression).
 //
 // Every record carries headers: table, table id, bucket, log offset (of
 // the +I, +U or -D entry; an update is exported once, at its +U), the
