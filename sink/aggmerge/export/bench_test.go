@@ -325,16 +325,17 @@ func writtenAt(v []byte) (int64, bool) {
 }
 
 // counter reads a counter from a registry.
-func counter(b *testing.B, reg *prometheus.Registry, name string) float64 {
+func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	b.Fatalf("no metric %s", name)
+	t.Fatalf("no metric %s", name)
 	return 0
 }

@@ -216,8 +216,9 @@ func (x *Exporter) session(ctx context.Context) error {
 }
 
 // round selects up to MaxRecordsPerTxn changes, shared among the buckets
-// with entries to export (their partitions are produced to in parallel),
-// and produces each as it is selected, in one transaction: the selection
+// with entries to export (their partitions are produced to in parallel;
+// what a bucket leaves of its share goes to the others), and produces each
+// as it is selected, in one transaction: the selection
 // of the next changes overlaps the produce requests of the earlier ones.
 // It returns the records committed.
 func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int, error) {
@@ -245,31 +246,42 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 	}
 	tx := &txn{ctx: ctx, cl: cl, topic: x.cfg.Topic, ends: slices.Clone(x.ver.ends)}
 	if pending > 0 {
-		share := (x.cfg.MaxRecordsPerTxn + pending - 1) / pending
+		// First a share of the budget for every bucket with entries, then
+		// what they left for those that have more: a round that can take
+		// all that is pending does (a version point needs every bucket
+		// caught up), and otherwise every partition gets records.
+		budget := x.cfg.MaxRecordsPerTxn
+		share := (budget + pending - 1) / pending
 		var recs []*kgo.Record
-		for _, c := range cs {
-			if c.done >= ends[c.bucket] {
-				continue
-			}
-			emit := func(ch *change) error {
-				recs = x.enc.records(recs[:0], c.bucket, ch)
-				held[c.bucket] = ch.resume
-				for _, r := range recs {
-					if err := tx.produce(r); err != nil {
-						return err
-					}
+		for pass := range 2 {
+			for _, c := range cs {
+				left := budget - tx.records
+				if c.done >= ends[c.bucket] || left <= 0 {
+					continue
 				}
-				return nil
-			}
-			var err error
-			if x.cfg.Mode == Uncommitted {
-				err = selectUncommitted(x.cfg.Table, c, ends[c.bucket], share, emit)
-			} else {
-				err = selectCommitted(x.cfg.Table, c, ends[c.bucket], share, emit)
-			}
-			if err != nil {
-				x.abort(tx)
-				return 0, fmt.Errorf("read table %q bucket %d: %w", x.cfg.Name, c.bucket, err)
+				if pass == 0 {
+					left = min(left, share)
+				}
+				emit := func(ch *change) error {
+					recs = x.enc.records(recs[:0], c.bucket, ch)
+					held[c.bucket] = ch.resume
+					for _, r := range recs {
+						if err := tx.produce(r); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				var err error
+				if x.cfg.Mode == Uncommitted {
+					err = selectUncommitted(x.cfg.Table, c, ends[c.bucket], left, emit)
+				} else {
+					err = selectCommitted(x.cfg.Table, c, ends[c.bucket], left, emit)
+				}
+				if err != nil {
+					x.abort(tx)
+					return 0, fmt.Errorf("read table %q bucket %d: %w", x.cfg.Name, c.bucket, err)
+				}
 			}
 		}
 	}

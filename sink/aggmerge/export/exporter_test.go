@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -506,5 +507,50 @@ func TestExportSharesATransactionAmongBuckets(t *testing.T) {
 		if off == 0 {
 			t.Errorf("the first transaction exported nothing of bucket %d (exported: %v)", b, first)
 		}
+	}
+}
+
+// TestExportTakesWhatBucketsLeave: what a bucket leaves of its share of a
+// transaction goes to the buckets that have more, so a round that can take
+// everything pending does, in one transaction.
+func TestExportTakesWhatBucketsLeave(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	tbl := openTable(t, t.TempDir())
+	m := newMultiWriter(t, tbl, 1)
+	// 30 new keys in bucket 0, 2 in bucket 1: 32 inserts.
+	b, err := tbl.NewBatch(m.w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[int]int{}
+	for i := 0; per[0] < 30 || per[1] < 2; i++ {
+		key := []agg.Value{agg.StringValue(fmt.Sprintf("k%d", i)), agg.IntValue(1)}
+		k, err := tbl.EncodeKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bk := aggmerge.BucketOf(k, testBuckets)
+		if bk > 1 || (bk == 0 && per[0] == 30) || (bk == 1 && per[1] == 2) {
+			continue
+		}
+		per[bk]++
+		if err := b.Upsert(aggmerge.Aggregate, key, []agg.Value{agg.IntValue(1), agg.NullValue(), agg.NullValue(), agg.NullValue()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tbl.Apply(b); err != nil {
+		t.Fatal(err)
+	}
+	m.checkpoint()
+	topic := kafkatest.NewTopic(t, brokers, testBuckets)
+	reg := prometheus.NewRegistry()
+	x, stop := startExporter(t, Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers},
+		MaxRecordsPerTxn: 40, NoVersions: true, Registerer: reg})
+	waitExported(t, x, tbl)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n, recs := counter(t, reg, "ebbflow_export_transactions_total"), counter(t, reg, "ebbflow_export_records_total"); n != 1 || recs != 32 {
+		t.Errorf("%v records in %v transactions, want 32 in one", recs, n)
 	}
 }
