@@ -139,17 +139,23 @@ func (s *sequence) Read(buf []Event) ([]Event, error) {
 		// one run per split per call keeps splits interleaved
 		sp := &s.splits[s.rr]
 		s.rr = (s.rr + 1) % len(s.splits)
-		for n := 0; n < 64 && room > 0 && !s.done(*sp); n++ {
+		// The run's largest event time goes to the split's tracker once,
+		// not per record.
+		timeOf, top, n := s.cfg.EventTime, watermark.Min, 0
+		for ; n < 64 && room > 0 && !s.done(*sp); n++ {
 			seq := s.seq(*sp)
 			e := Event{Seq: seq, Key: KeyOf(seq, s.cfg.Keys), Value: ValueOf(seq)}
-			if sp.wm != nil {
-				e.Time = s.cfg.EventTime(seq)
-				sp.wm.Observe(e.Time)
+			if timeOf != nil {
+				e.Time = timeOf(seq)
+				top = max(top, e.Time)
 			}
 			buf = append(buf, e)
 			sp.next++
 			room--
-			s.emitted++
+		}
+		s.emitted += float64(n)
+		if sp.wm != nil && n > 0 {
+			sp.wm.Observe(top)
 		}
 	}
 	if s.finished() {

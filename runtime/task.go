@@ -99,7 +99,7 @@ func (t *task) runSource(ctx context.Context) error {
 		}
 		t.stat.time.enter(readingSource)
 		n, err := t.src.read()
-		t.stat.time.endRead(n > 0)
+		read := t.stat.time.endRead(n > 0)
 		if n > 0 {
 			t.att.job.metrics.recordsIn(t.chain.nodes[0].uid, n)
 			t.stat.in.Add(int64(n))
@@ -115,7 +115,7 @@ func (t *task) runSource(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := t.pollSource(); err != nil {
+		if err := t.pollSource(read); err != nil {
 			return err
 		}
 		if n < batch {

@@ -46,17 +46,19 @@ type taskTime struct {
 func (c *taskTime) enter(d doing) { c.switchTo(d, working) }
 
 // endRead ends an ongoing Read: busy if it returned records, idle if not.
-func (c *taskTime) endRead(got bool) {
+// It returns the time it read, which the task's watermark poll reuses
+// instead of reading the clock again.
+func (c *taskTime) endRead(got bool) time.Time {
 	as := waitingForInput
 	if got {
 		as = working
 	}
-	c.switchTo(working, as)
+	return c.switchTo(working, as)
 }
 
-func (c *taskTime) switchTo(d, readAs doing) {
+func (c *taskTime) switchTo(d, readAs doing) time.Time {
 	if c == nil {
-		return
+		return time.Now()
 	}
 	c.mu.Lock()
 	now := time.Now()
@@ -69,6 +71,7 @@ func (c *taskTime) switchTo(d, readAs doing) {
 	}
 	c.mu.doing, c.mu.since = d, now
 	c.mu.Unlock()
+	return now
 }
 
 func (c *taskTime) bucketLocked(d doing) *time.Duration {

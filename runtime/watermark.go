@@ -42,12 +42,12 @@ type wmState struct {
 }
 
 // pollSource asks a watermark source for its watermark, at most every
-// WatermarkInterval, and emits what changed.
-func (t *task) pollSource() error {
+// WatermarkInterval, and emits what changed. now is when the last Read
+// returned (the clock read for the task's time accounting).
+func (t *task) pollSource(now time.Time) error {
 	if t.wmSrc == nil {
 		return nil
 	}
-	now := time.Now()
 	if now.Before(t.wmNext) {
 		return nil
 	}

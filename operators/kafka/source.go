@@ -379,13 +379,16 @@ func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, erro
 	recs := pp.recs
 	n := 0
 	var err error
+	// The largest event time taken goes to the partition's tracker once,
+	// not per record.
+	top, timed := watermark.Min, false
 	for n < len(recs) && len(buf) < cap(buf) {
 		rec := recs[n]
 		v, derr := r.decode(rec)
 		if derr == nil && pp.ps.wm != nil {
 			var ts int64
 			if ts, derr = r.src.timeOf(rec, v); derr == nil {
-				pp.ps.wm.Observe(ts)
+				top, timed = max(top, ts), true
 			} else {
 				derr = fmt.Errorf("event time: %w", derr)
 			}
@@ -399,6 +402,9 @@ func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, erro
 		}
 		*nbytes += len(rec.Key) + len(rec.Value)
 		n++
+	}
+	if timed {
+		pp.ps.wm.Observe(top)
 	}
 	if n > 0 {
 		pp.ps.next = recs[n-1].Offset + 1
