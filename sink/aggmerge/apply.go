@@ -28,7 +28,8 @@ type applyState struct {
 	oldVals []agg.Value
 	newVals []agg.Value
 	rowKey  []byte
-	chunk   []byte
+	row     []byte // the row being encoded
+	chunk   []byte // a chunk's header
 }
 
 type chunkBuf struct {
@@ -212,9 +213,15 @@ func (t *Table) applyWrite(st *applyState, b *Batch, w *write, key []byte) (bool
 	var row []byte
 	keep := (w.mode == Aggregate || w.mode == Partial) && !w.del
 	if keep || !allNull(st.newVals) {
-		row = encoding.AppendRow(nil, t.valTypes, st.newVals)
+		// Encoded into scratch memory first: an unchanged row allocates
+		// nothing, a changed one once, at its size.
+		st.row = encoding.AppendRow(st.row[:0], t.valTypes, st.newVals)
+		if bytes.Equal(old, st.row) {
+			return false, nil
+		}
+		row = bytes.Clone(st.row)
 	}
-	if bytes.Equal(old, row) { // an encoded row is never empty: nil only equals nil
+	if old == nil && row == nil {
 		return false, nil
 	}
 	if e.gen != st.gen {
@@ -261,9 +268,15 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result, wrote *Registratio
 	h := encoding.ChunkHeader{Writer: b.writer.ID, Epoch: b.writer.Epoch, Undo: b.undo}
 	for i, bk := range st.used {
 		c := &st.chunks[bk]
-		st.chunk = append(encoding.AppendChunkHeader(st.chunk[:0], h, c.n), c.recs...)
 		s := &states[i]
-		if err := pb.Set(encoding.LogKey(bk, s.LogEnd), st.chunk, nil); err != nil {
+		// The chunk is written into the batch in place: its header, then
+		// the records, copied once.
+		st.chunk = encoding.AppendChunkHeader(st.chunk[:0], h, c.n)
+		key := encoding.LogKey(bk, s.LogEnd)
+		op := pb.SetDeferred(len(key), len(st.chunk)+len(c.recs))
+		copy(op.Key, key)
+		copy(op.Value[copy(op.Value, st.chunk):], c.recs)
+		if err := op.Finish(); err != nil {
 			return fmt.Errorf("apply batch to %q: %w", t.dir, err)
 		}
 		s.LogEnd += c.offsets

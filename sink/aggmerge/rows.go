@@ -129,16 +129,19 @@ func (t *Table) storeRows(locked bool) error {
 func (t *Table) writeRows(rows []storedRow, from, to []uint64) error {
 	pb := t.db.NewBatch()
 	defer pb.Close()
-	var key []byte
+	prefix := len(encoding.RowPrefix(nil, 0))
 	for _, r := range rows {
-		key = append(encoding.RowPrefix(key[:0], r.e.bucket), r.e.key...)
-		var err error
+		// Each key is encoded in place in the batch, not copied into it.
+		var op *pebble.DeferredBatchOp
 		if r.row == nil {
-			err = pb.Delete(key, nil)
+			op = pb.DeleteDeferred(prefix + len(r.e.key))
 		} else {
-			err = pb.Set(key, r.row, nil)
+			op = pb.SetDeferred(prefix+len(r.e.key), len(r.row))
+			copy(op.Value, r.row)
 		}
-		if err != nil {
+		encoding.RowPrefix(op.Key[:0], r.e.bucket)
+		copy(op.Key[prefix:], r.e.key)
+		if err := op.Finish(); err != nil {
 			return err
 		}
 	}

@@ -498,3 +498,45 @@ func TestWaitLog(t *testing.T) {
 		t.Errorf("wait across close: %v", err)
 	}
 }
+
+// TestApplyAllocations checks what an Apply allocates per write: a changed
+// row once (its encoding, at its size), an unchanged one not at all. The
+// batch's own allocations (pebble's batch, the bucket states) are shared by
+// its writes.
+func TestApplyAllocations(t *testing.T) {
+	tbl, err := Open(t.TempDir(), Schema{
+		Key:     []Column{{Name: "id", Type: agg.Int64}},
+		Values:  []Column{{Name: "total", Type: agg.Int64, Func: "sum"}, {Name: "n", Type: agg.Int64, Func: "count"}, {Name: "top", Type: agg.Int64, Func: "max"}},
+		Buckets: 4,
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	b, err := tbl.NewBatch(Writer{ID: "w", Epoch: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 1000
+	run := func(mode Mode, v int64) {
+		for k := range keys {
+			if err := b.Upsert(mode, []agg.Value{agg.IntValue(int64(k))}, []agg.Value{agg.IntValue(v), agg.IntValue(1), agg.IntValue(v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustApply(t, tbl, b)
+	}
+	run(Aggregate, 1) // the keys exist, and the scratch memory is grown
+	run(Aggregate, 1)
+	v := int64(0)
+	// values of several varint bytes, as sums become
+	changed := testing.AllocsPerRun(3, func() { v++; run(Aggregate, 1<<40+v) }) / keys
+	if changed > 1.2 {
+		t.Errorf("an Apply allocates %.2f times per changed row, want about 1", changed)
+	}
+	run(Overwrite, 7)
+	unchanged := testing.AllocsPerRun(3, func() { run(Overwrite, 7) }) / keys
+	if unchanged > 0.2 {
+		t.Errorf("an Apply allocates %.2f times per unchanged row, want about 0", unchanged)
+	}
+}
