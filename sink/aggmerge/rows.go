@@ -1,8 +1,11 @@
 package aggmerge
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -125,8 +128,18 @@ func (t *Table) storeRows(locked bool) error {
 	return nil
 }
 
-// writeRows writes rows and the rows offsets that moved in one batch.
+// writeRows writes rows and the rows offsets that moved in one batch. The
+// rows go in key order: pebble inserts a batch below half its memtable size
+// into the memtable's skiplist, where a key following the previous one
+// starts from the splice it left, while random keys each search from the
+// top of a list that holds the log's entries too.
 func (t *Table) writeRows(rows []storedRow, from, to []uint64) error {
+	slices.SortFunc(rows, func(a, b storedRow) int {
+		if c := cmp.Compare(a.e.bucket, b.e.bucket); c != 0 {
+			return c
+		}
+		return strings.Compare(a.e.key, b.e.key)
+	})
 	pb := t.db.NewBatch()
 	defer pb.Close()
 	prefix := len(encoding.RowPrefix(nil, 0))
