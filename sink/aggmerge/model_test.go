@@ -219,6 +219,46 @@ func checkTable(t *testing.T, tbl *Table, m *model, where string) {
 	}
 }
 
+// pastRows are the model's rows when the table's log ended at ends.
+type pastRows struct {
+	where string
+	ends  []uint64
+	rows  map[string]mrow
+}
+
+func pastRowsOf(tbl *Table, m *model, where string) pastRows {
+	p := pastRows{where: where, ends: tbl.LogEnds(), rows: map[string]mrow{}}
+	for k, r := range m.rows {
+		p.rows[k] = mrow{key: slices.Clone(r.key), vals: slices.Clone(r.vals)}
+	}
+	return p
+}
+
+// checkTableAt checks that ScanAt at p's log ends gives p's rows.
+func checkTableAt(t *testing.T, tbl *Table, p pastRows) {
+	t.Helper()
+	got := map[string][]agg.Value{}
+	err := tbl.ScanAt(p.ends, func(r Row) error {
+		k, _ := tbl.EncodeKey(r.Key)
+		if _, dup := got[string(k)]; dup {
+			t.Fatalf("%s: ScanAt(%v) gives key %v twice", p.where, p.ends, r.Key)
+		}
+		got[string(k)] = slices.Clone(r.Values)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: ScanAt(%v): %v", p.where, p.ends, err)
+	}
+	if len(got) != len(p.rows) {
+		t.Fatalf("%s: ScanAt(%v) gives %d rows, the model had %d", p.where, p.ends, len(got), len(p.rows))
+	}
+	for k, want := range p.rows {
+		if g, ok := got[k]; !ok || !equalVals(g, want.vals) {
+			t.Fatalf("%s: ScanAt(%v): key %v: %v, the model had %v", p.where, p.ends, want.key, g, want.vals)
+		}
+	}
+}
+
 // replayer rebuilds rows from the log, checking each entry against the
 // model's prediction and each before-image against the replayed row.
 type replayer struct {
@@ -320,6 +360,7 @@ func runModel(t *testing.T, seed uint64, s Schema, opts Options, batches int) {
 	m := newModel(t, s)
 	rp := newReplayer(s.Buckets)
 	var applied, failed, entries int
+	var past []pastRows // every 50 batches: the log ends and the rows then
 	for bi := range batches {
 		where := fmt.Sprintf("seed %d batch %d", seed, bi)
 		var names []string
@@ -411,6 +452,9 @@ func runModel(t *testing.T, seed uint64, s Schema, opts Options, batches int) {
 		}
 		checkTable(t, tbl, m, where)
 		rp.catchUp(t, tbl, m, where)
+		if bi%50 == 0 {
+			past = append(past, pastRowsOf(tbl, m, where))
+		}
 		if bi == batches/2 {
 			if err := tbl.Close(); err != nil {
 				t.Fatal(err)
@@ -423,6 +467,9 @@ func runModel(t *testing.T, seed uint64, s Schema, opts Options, batches int) {
 	}
 	full := newReplayer(s.Buckets)
 	full.catchUp(t, tbl, m, "full replay from offset 0")
+	for _, p := range past {
+		checkTableAt(t, tbl, p)
+	}
 	t.Logf("%d batches applied, %d failed as the model predicted, %d log entries, %d rows", applied, failed, entries, len(m.rows))
 	if failed == 0 || entries == 0 {
 		t.Errorf("the random batches never failed (%d) or never logged (%d): the test lost its teeth", failed, entries)

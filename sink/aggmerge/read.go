@@ -136,3 +136,70 @@ func (t *Table) scan(it *pebble.Iterator, p []byte, fn func(Row) error) error {
 }
 
 func hasPrefix(k, p []byte) bool { return len(k) >= len(p) && string(k[:len(p)]) == string(p) }
+
+// ScanAt calls fn for every row as it was when each bucket b's log ended
+// at at[b] (a past log end; at holds one offset per bucket): from the rows
+// now and, for each key changed since, the before-image of its first
+// change at or past at[b]. It reads the log from at[b], so it costs the
+// writes since then and is bounded by log retention: an offset below a
+// bucket's retained log start is ErrBelowLogStart, one beyond its end
+// ErrBeyondLogEnd. The row's slices are reused as in Scan.
+func (t *Table) ScanAt(at []uint64, fn func(Row) error) error {
+	if len(at) != t.schema.Buckets {
+		return fmt.Errorf("%w: %d log offsets for %d buckets", ErrInvalid, len(at), t.schema.Buckets)
+	}
+	// The rows first, then the log from at to an end at or past theirs:
+	// every key changed between at and the rows' point is in the log read.
+	it, err := t.rowIter()
+	if err != nil {
+		return fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
+	}
+	defer it.Close()
+	// then holds, per encoded key changed since at, its row at at.
+	then := map[string][]agg.Value{}
+	var k []byte
+	for b, from := range at {
+		err := t.ReadLog(b, from, func(e *Entry) error {
+			if e.Op == MarkerEntry {
+				return nil
+			}
+			var err error
+			if k, err = t.AppendKey(k[:0], e.Key); err != nil {
+				return fmt.Errorf("%w: log entry %d of bucket %d: %v", ErrCorrupt, e.Offset, b, err)
+			}
+			if _, seen := then[string(k)]; !seen {
+				then[string(k)] = e.Before
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("scan %q as of log offset %d of bucket %d: %w", t.dir, from, b, err)
+		}
+	}
+	err = t.scan(it, nil, func(r Row) error {
+		var err error
+		if k, err = t.AppendKey(k[:0], r.Key); err != nil {
+			return err
+		}
+		if _, changed := then[string(k)]; changed {
+			return nil
+		}
+		return fn(r)
+	})
+	if err != nil {
+		return err
+	}
+	var key []agg.Value
+	for ek, vals := range then {
+		if vals == nil {
+			continue // no row at at
+		}
+		if key, err = encoding.DecodeKey([]byte(ek), t.keyTypes, key); err != nil {
+			return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
+		}
+		if err := fn(Row{Key: key, Values: vals}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

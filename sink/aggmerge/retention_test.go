@@ -1,6 +1,7 @@
 package aggmerge
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -88,5 +89,33 @@ func TestRetentionHolds(t *testing.T) {
 		if uint64(n) != ends[b]-from {
 			t.Fatalf("bucket %d: %d entries from %d, want %d", b, n, from, ends[b]-from)
 		}
+	}
+}
+
+// TestScanAtPastRetention: rows as of log ends below the retained log
+// start are refused with ErrBelowLogStart, not given wrong.
+func TestScanAtPastRetention(t *testing.T) {
+	tbl, err := Open(t.TempDir(), smallSchema(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	w := Writer{ID: "plain"}
+	writeMany(t, tbl, w, 10)
+	old := tbl.LogEnds()
+	writeMany(t, tbl, w, 10)
+	if err := tbl.Truncate(0, tbl.LogEnds()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if s := starts(t, tbl); s[0] <= old[0] {
+		t.Fatalf("log of bucket 0 starts at %d after truncation, want past %d", s[0], old[0])
+	}
+	err = tbl.ScanAt(old, func(Row) error { return nil })
+	if !errors.Is(err, ErrBelowLogStart) {
+		t.Fatalf("ScanAt below the log start: %v, want ErrBelowLogStart", err)
+	}
+	n := 0
+	if err := tbl.ScanAt(tbl.LogEnds(), func(Row) error { n++; return nil }); err != nil || n != 10 {
+		t.Fatalf("ScanAt at the log ends: %d rows, %v; want 10", n, err)
 	}
 }
