@@ -95,6 +95,11 @@ type UpstreamVersion struct {
 	TableID string `json:"table_id"`
 	Topic   string `json:"topic"`
 	Version uint64 `json:"version"`
+	// Exact is true when the checkpoint had read that version and nothing
+	// after it (ExactlyAt): the downstream version is derived from exactly
+	// that upstream version, which a consistent read needs. Absent (false)
+	// when it may hold part of the next one.
+	Exact bool `json:"exact,omitempty"`
 }
 
 // Covers reports whether positions (topic partition → next offset to
@@ -103,6 +108,22 @@ type UpstreamVersion struct {
 func (v *Version) Covers(positions func(partition int32) int64) bool {
 	for p, end := range v.EndOffsets {
 		if end > 0 && positions(int32(p)) < end {
+			return false
+		}
+	}
+	return true
+}
+
+// ExactlyAt reports whether positions (as for Covers) are exactly at v's
+// end in every partition: at its end offset, or just past the commit
+// marker that follows its last record there (a version's end offset in a
+// partition is where its last transaction's marker went). A reader there
+// has read all of v and none of the next records; one further on may have
+// read records of a later version (or only markers and aborted records:
+// then it is not told exact, never wrongly told so).
+func (v *Version) ExactlyAt(positions func(partition int32) int64) bool {
+	for p, end := range v.EndOffsets {
+		if at := positions(int32(p)); at != end && (end == 0 || at != end+1) {
 			return false
 		}
 	}

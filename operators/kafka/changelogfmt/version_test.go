@@ -108,3 +108,25 @@ func TestVersionCovers(t *testing.T) {
 		t.Fatal("position before an end covering")
 	}
 }
+
+// TestExactlyAt: positions at a version's end offsets, or just past the
+// commit marker there, are exact; one record further (or a record of an
+// empty partition) is not.
+func TestExactlyAt(t *testing.T) {
+	v := &Version{EndOffsets: []int64{5, 0, 9}}
+	for _, tc := range []struct {
+		pos   []int64
+		exact bool
+	}{
+		{[]int64{5, 0, 9}, true},
+		{[]int64{6, 0, 10}, true}, // past the markers
+		{[]int64{7, 0, 9}, false}, // a record after the marker
+		{[]int64{5, 1, 9}, false}, // the first record of an empty partition
+		{[]int64{4, 0, 9}, false}, // not covered
+	} {
+		at := func(p int32) int64 { return tc.pos[p] }
+		if got := v.ExactlyAt(at); got != tc.exact {
+			t.Errorf("ExactlyAt(%v) = %v, want %v", tc.pos, got, tc.exact)
+		}
+	}
+}

@@ -195,7 +195,9 @@ func NewUpstream(conn kafka.Connection, positions *kafka.Positions, versionsTopi
 }
 
 // Consumed returns what the source had consumed at checkpoint: the
-// upstream versions consumed completely, sorted by topic, and the least
+// upstream versions consumed completely, sorted by topic, each Exact when
+// the positions are exactly at its end (Version.ExactlyAt: the checkpoint
+// read nothing of a later version), and the least
 // of their event times over the topics read (0 when one topic has no
 // version consumed, or none at all is read yet); ok is false when the
 // positions of that checkpoint are not known in this process (see
@@ -227,11 +229,13 @@ func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) (Inputs, boo
 			return Inputs{}, false, err
 		}
 		pos := at[topic]
+		positions := func(p int32) int64 { return pos[p] }
 		eventTime := int64(0) // none consumed
 		for i := len(r.list) - 1; i >= 0; i-- {
 			v := &r.list[i]
-			if v.Topic == topic && v.Covers(func(p int32) int64 { return pos[p] }) {
-				in.Upstream = append(in.Upstream, changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version})
+			if v.Topic == topic && v.Covers(positions) {
+				in.Upstream = append(in.Upstream, changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version,
+					Exact: v.ExactlyAt(positions)})
 				eventTime = v.EventTimeMs
 				break
 			}
