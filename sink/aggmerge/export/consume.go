@@ -2,6 +2,7 @@ package export
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -23,7 +24,18 @@ type ReaderConfig struct {
 	// Follow keeps reading after the end (until ctx is done) instead of
 	// returning there.
 	Follow bool
+	// Until, if set, reads each partition (index = partition) up to this
+	// offset, exclusive, instead of its end: a version's EndOffsets, to
+	// read the table as of that version. The records before it must all
+	// be retained: a partition whose log start is past 0 is
+	// ErrPastRetention, one whose stable end is below it an error. Not
+	// with Follow.
+	Until []int64
 }
+
+// ErrPastRetention marks a read of a table as of a version whose records
+// (in the changelog topic, or in the table's log) are no longer retained.
+var ErrPastRetention = errors.New("export: past the retention")
 
 // Change is one change read from a changelog topic.
 type Change struct {
@@ -58,9 +70,17 @@ func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
 	if err != nil {
 		return fmt.Errorf("read changelog %q: %w", cfg.Topic, err)
 	}
+	if cfg.Follow && cfg.Until != nil {
+		return fmt.Errorf("read changelog %q: Until and Follow together", cfg.Topic)
+	}
 	ends, err := stableEnds(ctx, conn, cfg.Topic)
 	if err != nil {
 		return err
+	}
+	if cfg.Until != nil {
+		if ends, err = untilEnds(ctx, conn, cfg.Topic, ends, cfg.Until); err != nil {
+			return err
+		}
 	}
 	from := map[int32]kgo.Offset{}
 	open := 0
@@ -97,7 +117,11 @@ func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
 			if ferr != nil {
 				return
 			}
-			if end := ends[r.Partition]; end > 0 && r.Offset >= end-1 {
+			end, reading := ends[r.Partition]
+			if !reading || (cfg.Until != nil && r.Offset >= end) {
+				return // past Until: of a later version
+			}
+			if end > 0 && r.Offset >= end-1 {
 				ends[r.Partition] = 0
 				open--
 			}
@@ -150,6 +174,38 @@ func stableEnds(ctx context.Context, conn []kgo.Opt, topic string) (map[int32]in
 	ends := map[int32]int64{}
 	lso.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	return ends, nil
+}
+
+// untilEnds checks that until (per partition) is within what the topic
+// retains and returns it as the ends to read to: ends are the partitions'
+// stable ends.
+func untilEnds(ctx context.Context, conn []kgo.Opt, topic string, ends map[int32]int64, until []int64) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return nil, fmt.Errorf("read changelog %q: %w", topic, err)
+	}
+	defer cl.Close()
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read changelog %q: list start offsets: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	for i, u := range until {
+		p := int32(i)
+		end, ok := ends[p]
+		if !ok || end < u {
+			return nil, fmt.Errorf("read changelog %q: partition %d ends at offset %d, before the offset %d to read to (the topic was recreated?)", topic, p, end, u)
+		}
+		if s, ok := starts.Lookup(topic, p); ok && s.Offset > 0 && u > 0 {
+			return nil, fmt.Errorf("read changelog %q: %w: partition %d starts at offset %d, its records before it are deleted, so the table cannot be rebuilt up to offset %d",
+				topic, ErrPastRetention, p, s.Offset, u)
+		}
+		out[p] = u
+	}
+	return out, nil
 }
 
 // ReadTable reads a changelog topic up to its end (see Read) and returns

@@ -29,10 +29,11 @@ type Exporter struct {
 
 	mu struct {
 		sync.Mutex
-		retain     []uint64  // per bucket: the lowest log offset still needed
-		done       []uint64  // per bucket: exported or passed over below this
-		lastCommit time.Time // of the last committed transaction
-		version    Version   // the last version published (Version 0: none)
+		retain     []uint64      // per bucket: the lowest log offset still needed
+		done       []uint64      // per bucket: exported or passed over below this
+		lastCommit time.Time     // of the last committed transaction
+		version    Version       // the last version published (Version 0: none)
+		kept       []keptVersion // ver.kept, for RowsAt
 	}
 	ver versionState // Run's goroutine only
 	// failBeforeCommit, set by tests, is called after a transaction's

@@ -80,7 +80,20 @@ type versionState struct {
 	ends []int64
 	last Version // the last version published (Version 0: none)
 	// kept are the newest versions, oldest first, as in VersionsFile.
-	kept []Version
+	kept []keptVersion
+	// dueLog is, for the version dueVersion returned last, the table's
+	// log offset per bucket at it (see keptVersion.LogEnds).
+	dueLog []uint64
+}
+
+// keptVersion is a version as the exporter keeps it (VersionsFile): with
+// the table's log end per bucket at it, where the export stood (every
+// entry below was exported or passed over for good, every one from it on
+// was undecided): the table's rows as of those log ends are the version's
+// (Exporter.RowsAt).
+type keptVersion struct {
+	Version
+	LogEnds []uint64 `json:"log_ends,omitempty"`
 }
 
 // versionsOn reports whether the exporter publishes versions: in committed
@@ -203,6 +216,10 @@ func (x *Exporter) dueVersion(ctx context.Context, cs []*cursor, ends []uint64, 
 		return nil, nil
 	}
 	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, Writers: ws.checkpoints, EventTimeMs: math.MaxInt64}
+	x.ver.dueLog = make([]uint64, len(cs))
+	for _, c := range cs {
+		x.ver.dueLog[c.bucket] = min(c.done, ends[c.bucket])
+	}
 	for _, w := range ws.checkpoints {
 		in, ok, err := x.inputs(ctx, w)
 		if err != nil || !ok {
@@ -256,12 +273,13 @@ func (x *Exporter) versionRecord(v *Version, ends []int64) (*kgo.Record, error) 
 // committed, in memory and in VersionsFile.
 func (x *Exporter) published(v *Version) error {
 	x.ver.last = *v
-	x.ver.kept = append(x.ver.kept, *v)
+	x.ver.kept = append(x.ver.kept, keptVersion{Version: *v, LogEnds: x.ver.dueLog})
 	if n := len(x.ver.kept) - min(localVersions, x.cfg.VersionsHistory); n > 0 {
 		x.ver.kept = slices.Delete(x.ver.kept, 0, n)
 	}
 	x.mu.Lock()
 	x.mu.version = *v
+	x.mu.kept = slices.Clone(x.ver.kept)
 	x.mu.Unlock()
 	x.m.version.Set(float64(v.Version))
 	if x.cfg.VersionsFile == "" {
@@ -275,11 +293,11 @@ func (x *Exporter) published(v *Version) error {
 
 // versionsFile is the content of Config.VersionsFile.
 type versionsFile struct {
-	Format   int       `json:"format"`
-	Versions []Version `json:"versions"`
+	Format   int           `json:"format"`
+	Versions []keptVersion `json:"versions"`
 }
 
-func writeVersionsFile(path string, vs []Version) error {
+func writeVersionsFile(path string, vs []keptVersion) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -292,6 +310,15 @@ func writeVersionsFile(path string, vs []Version) error {
 // ReadVersionsFile reads the versions an exporter kept in its
 // Config.VersionsFile, oldest first (none when the file does not exist).
 func ReadVersionsFile(path string) ([]Version, error) {
+	kept, err := readVersionsFile(path)
+	vs := make([]Version, len(kept))
+	for i := range kept {
+		vs[i] = kept[i].Version
+	}
+	return vs, err
+}
+
+func readVersionsFile(path string) ([]keptVersion, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -331,14 +358,14 @@ func (x *Exporter) resumeVersions(ctx context.Context, adm *kadm.Client, conn []
 	if err != nil {
 		return err
 	}
-	kept, err := ReadVersionsFile(x.cfg.VersionsFile)
+	kept, err := readVersionsFile(x.cfg.VersionsFile)
 	if err != nil {
 		return err
 	}
 	x.ver.kept = kept
 	x.ver.last = Version{}
 	if len(kept) > 0 {
-		x.ver.last = kept[len(kept)-1]
+		x.ver.last = kept[len(kept)-1].Version
 	}
 	if r := recs[0]; r != nil {
 		v, err := changelogfmt.DecodeVersion(r)
@@ -356,6 +383,7 @@ func (x *Exporter) resumeVersions(ctx context.Context, adm *kadm.Client, conn []
 	if x.ver.last.Version > 0 {
 		x.mu.Lock()
 		x.mu.version = x.ver.last
+		x.mu.kept = slices.Clone(x.ver.kept)
 		x.mu.Unlock()
 		x.m.version.Set(float64(x.ver.last.Version))
 	}

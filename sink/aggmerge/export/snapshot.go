@@ -1,0 +1,167 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+)
+
+// SnapshotConfig configures ReadSnapshot.
+type SnapshotConfig struct {
+	// Kafka is the connection to the cluster of the changelogs.
+	Kafka kafka.Connection
+	// Topics are the changelog topics of the tables to read.
+	Topics []string
+	// Formats are the topics' formats (absent: UpsertJSON).
+	Formats map[string]Format
+	// Weak reads the newest version of each table, without checking that
+	// they are consistent.
+	Weak bool
+	// VersionsTopicOf names the versions topic of each changelog topic
+	// (nil: changelogfmt.VersionsTopic).
+	VersionsTopicOf func(string) string
+	// Local, if set, reads a table as of a version without Kafka: in the
+	// runner that hosts the table (Exporter.RowsAt). ok false: not hosted
+	// here, or the version is not known here yet; the table is then read
+	// from its changelog.
+	Local func(topic string, v *Version) (rows map[string]kafka.Row, ok bool, err error)
+}
+
+// Snapshot is the tables at a set of versions.
+type Snapshot struct {
+	// Consistent is true when the versions are mutually consistent
+	// (ChooseVersions); false for a weak read (the newest of each,
+	// unchecked).
+	Consistent bool
+	// Tables are in the order of SnapshotConfig.Topics.
+	Tables []TableSnapshot
+}
+
+// TableSnapshot is one table at one version.
+type TableSnapshot struct {
+	Topic   string
+	Version Version
+	// Rows are the table at the version: the record key (the primary key
+	// as JSON, as the changelog writes it) → the row.
+	Rows map[string]kafka.Row
+	// Local is true when the rows come from the hosting runner's table
+	// (SnapshotConfig.Local), false when from the changelog topic.
+	Local bool
+}
+
+// ReadSnapshot reads the versions of every table (ReadVersions), chooses
+// a set (ChooseVersions: the newest mutually consistent one, or with Weak
+// the newest of each) and reads each table at its version: locally when
+// SnapshotConfig.Local can, else from its changelog up to the version's
+// end offsets (read_committed; ErrPastRetention when the topic no longer
+// holds its start). No consistent set is ErrInconsistent
+// (*InconsistentError says why).
+//
+// Reading a changelog is exact unless the topic is compacted: compaction
+// may drop a key's record that a later one, past the version, replaces.
+func ReadSnapshot(ctx context.Context, cfg SnapshotConfig) (*Snapshot, error) {
+	if len(cfg.Topics) == 0 {
+		return nil, errors.New("read snapshot: no tables named")
+	}
+	versionsTopic := cfg.VersionsTopicOf
+	if versionsTopic == nil {
+		versionsTopic = changelogfmt.VersionsTopic
+	}
+	tvs := make([]TableVersions, len(cfg.Topics))
+	err := each(len(cfg.Topics), func(i int) error {
+		vs, err := ReadVersions(ctx, cfg.Kafka, versionsTopic(cfg.Topics[i]))
+		tvs[i] = TableVersions{Topic: cfg.Topics[i], Versions: vs}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	chosen, err := ChooseVersions(tvs, cfg.Weak)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	s := &Snapshot{Consistent: !cfg.Weak, Tables: make([]TableSnapshot, len(chosen))}
+	err = each(len(chosen), func(i int) error {
+		t := &s.Tables[i]
+		t.Topic, t.Version = cfg.Topics[i], chosen[i]
+		var err error
+		if cfg.Local != nil {
+			if t.Rows, t.Local, err = cfg.Local(t.Topic, &t.Version); err != nil || t.Local {
+				return err
+			}
+		}
+		t.Rows, err = ReadTable(ctx, ReaderConfig{Kafka: cfg.Kafka, Topic: t.Topic, Format: cfg.Formats[t.Topic], Until: t.Version.EndOffsets})
+		if err != nil {
+			return fmt.Errorf("version %d: %w", t.Version.Version, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	return s, nil
+}
+
+// each runs fn(0..n-1) concurrently and returns their errors joined, once
+// every one returned.
+func each(n int, fn func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// RowsAt reads the table as of version v, which this exporter published
+// (one of the newest it keeps, see Config.VersionsFile): the table's rows
+// as of the log ends kept with it (aggmerge.Table.ScanAt: the rows now and
+// the log's before-images), as ReadTable would read them from the
+// changelog up to v's end offsets: record key → row. ok is false when it
+// keeps no such version. A version whose log the table no longer retains
+// is ErrPastRetention.
+func (x *Exporter) RowsAt(v *Version) (rows map[string]kafka.Row, ok bool, err error) {
+	var at []uint64
+	x.mu.Lock()
+	for i := range x.mu.kept {
+		k := &x.mu.kept[i]
+		if k.Version.Version == v.Version && k.TableID == v.TableID && k.SameContent(v) && k.LogEnds != nil {
+			at = k.LogEnds
+		}
+	}
+	x.mu.Unlock()
+	if at == nil {
+		return nil, false, nil
+	}
+	s := &x.enc.schema
+	var dec kafka.RowDecoder
+	var key, val []byte
+	rows = map[string]kafka.Row{}
+	err = x.cfg.Table.ScanAt(at, func(r aggmerge.Row) error {
+		key = appendKey(key[:0], s, r.Key)
+		val = appendRow(val[:0], s, r.Key, r.Values)
+		row, err := dec.Decode(val)
+		if err != nil {
+			return fmt.Errorf("decode row %s: %w", key, err)
+		}
+		rows[string(key)] = row.Clone()
+		return nil
+	})
+	if errors.Is(err, aggmerge.ErrBelowLogStart) {
+		err = fmt.Errorf("%w: %w", ErrPastRetention, err)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read table %q at version %d: %w", x.cfg.Name, v.Version, err)
+	}
+	return rows, true, nil
+}
