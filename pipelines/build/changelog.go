@@ -31,7 +31,7 @@ func (e *Env) changelogSource(j *Job, name string, k *pipelines.KafkaSource) (ru
 	// changelogs it reads the job consumed: the versions of the tables it
 	// writes record them.
 	cfg.Positions = kafka.NewPositions()
-	up, err := export.NewUpstream(cfg.Connection, cfg.Positions, nil)
+	up, err := export.NewUpstream(cfg.Connection, cfg.Positions, cfg.Topics, nil)
 	if err != nil {
 		return runtime.Stream[kafka.Change]{}, nil, err
 	}

@@ -174,10 +174,10 @@ func TestChainedVersions(t *testing.T) {
 		pos := at[aTopic]
 		covers := func(u *export.Version) bool { return u.Covers(func(p int32) int64 { return pos[p] }) }
 		var next *export.Version
-		switch len(v.Upstream) {
-		case 0:
+		switch {
+		case len(v.Upstream) == 1 && v.Upstream[0].Version == 0: // none of A's read whole yet
 			next = &as[0]
-		case 1:
+		case len(v.Upstream) == 1:
 			up := v.Upstream[0]
 			u := byNumber[up.Version]
 			if up.Topic != aTopic || up.Table != "user_totals" || u == nil {

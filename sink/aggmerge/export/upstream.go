@@ -156,8 +156,11 @@ func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]V
 // read, the newest version (in its versions topic, VersionsTopicOf) whose
 // end offsets the source's positions at that checkpoint (kafka.Positions)
 // are at or past in every partition. Its Consumed is an UpstreamFunc's
-// work (Config.Upstream). A topic without versions topic (not written by
-// an ebbflow exporter) contributes nothing.
+// work (Config.Upstream). Every topic read has an entry: version 0 while
+// none is consumed completely (also for a topic without versions, not
+// written by an ebbflow exporter; table and table id are empty while the
+// topic has none), so that a version says which tables it reads from its
+// first checkpoint on; its Exact says the job read nothing of it.
 //
 // A version is committed with the changelog records it ends at, so once
 // the job has read those records, the version is in the versions topic:
@@ -169,6 +172,7 @@ func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]V
 type Upstream struct {
 	conn            []kgo.Opt
 	positions       *kafka.Positions
+	topics          []string
 	versionsTopicOf func(string) string
 
 	mu struct {
@@ -179,9 +183,12 @@ type Upstream struct {
 }
 
 // NewUpstream returns the Upstream of a source connected by conn whose
-// positions are recorded in positions. versionsTopicOf names the versions
-// topic of each changelog topic (nil: changelogfmt.VersionsTopic).
-func NewUpstream(conn kafka.Connection, positions *kafka.Positions, versionsTopicOf func(string) string) (*Upstream, error) {
+// positions are recorded in positions. topics are the topics it reads by
+// name (kafka.Config.Topics): they have an entry from the first checkpoint
+// on, also before the source was assigned their partitions; a topic found
+// by pattern has one once it is. versionsTopicOf names the versions topic
+// of each changelog topic (nil: changelogfmt.VersionsTopic).
+func NewUpstream(conn kafka.Connection, positions *kafka.Positions, topics []string, versionsTopicOf func(string) string) (*Upstream, error) {
 	opts, err := conn.Options()
 	if err != nil {
 		return nil, fmt.Errorf("upstream versions: %w", err)
@@ -189,7 +196,7 @@ func NewUpstream(conn kafka.Connection, positions *kafka.Positions, versionsTopi
 	if versionsTopicOf == nil {
 		versionsTopicOf = changelogfmt.VersionsTopic
 	}
-	u := &Upstream{conn: opts, positions: positions, versionsTopicOf: versionsTopicOf}
+	u := &Upstream{conn: opts, positions: positions, topics: slices.Clone(topics), versionsTopicOf: versionsTopicOf}
 	u.mu.readers = map[string]*versionsReader{}
 	return u, nil
 }
@@ -213,10 +220,12 @@ func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) (Inputs, boo
 		return Inputs{}, false, errors.New("upstream versions: closed")
 	}
 	in := Inputs{Changelogs: true}
-	if len(at) > 0 {
+	if len(at) > 0 || len(u.topics) > 0 {
 		in.UpstreamEventTimeMs = math.MaxInt64
 	}
-	for _, topic := range slices.Sorted(maps.Keys(at)) {
+	read := slices.AppendSeq(slices.Clone(u.topics), maps.Keys(at))
+	slices.Sort(read)
+	for _, topic := range slices.Compact(read) {
 		r := u.mu.readers[topic]
 		if r == nil {
 			var err error
@@ -230,16 +239,26 @@ func (u *Upstream) Consumed(ctx context.Context, checkpoint uint64) (Inputs, boo
 		}
 		pos := at[topic]
 		positions := func(p int32) int64 { return pos[p] }
+		// Version 0: none consumed completely yet, so that the version
+		// still says the job reads the table.
+		uv := changelogfmt.UpstreamVersion{Topic: topic, Exact: true}
+		for _, p := range pos {
+			uv.Exact = uv.Exact && p == 0
+		}
+		if len(r.list) > 0 {
+			uv.Table, uv.TableID = r.list[0].Table, r.list[0].TableID
+		}
 		eventTime := int64(0) // none consumed
 		for i := len(r.list) - 1; i >= 0; i-- {
 			v := &r.list[i]
 			if v.Topic == topic && v.Covers(positions) {
-				in.Upstream = append(in.Upstream, changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version,
-					Exact: v.ExactlyAt(positions)})
+				uv = changelogfmt.UpstreamVersion{Table: v.Table, TableID: v.TableID, Topic: topic, Version: v.Version,
+					Exact: v.ExactlyAt(positions)}
 				eventTime = v.EventTimeMs
 				break
 			}
 		}
+		in.Upstream = append(in.Upstream, uv)
 		in.UpstreamEventTimeMs = min(in.UpstreamEventTimeMs, eventTime)
 	}
 	return in, true, nil
