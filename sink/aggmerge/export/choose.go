@@ -1,6 +1,7 @@
 package export
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,6 +57,10 @@ const chooseBudget = 1 << 20
 // choices over versions that only grow never go back while the jobs only
 // move forward (a restore of an older checkpoint is a new version of older
 // content, and its upstream versions are older ones).
+//
+// Of versions that hold the same (the same end offsets, so the same rows,
+// and the same upstream versions: a job that checkpointed while its input
+// was idle), the newest is returned.
 //
 // Weak: the newest version of each table, unchecked.
 func ChooseVersions(tables []TableVersions, weak bool) ([]Version, error) {
@@ -118,9 +123,23 @@ func ChooseVersions(tables []TableVersions, weak bool) ([]Version, error) {
 		if v == nil {
 			panic(fmt.Sprintf("export: table %q left without a version", tables[i].Topic))
 		}
-		out[i] = *v
+		out[i] = *c.newestSame(i, v)
 	}
 	return out, nil
+}
+
+// newestSame returns the newest version of table i after v that holds
+// what v holds: the same end offsets (the same rows) and the same upstream
+// versions (so the set stays consistent). A job checkpointing while its
+// input is idle publishes such versions; the newest is the most likely to
+// be still in the hosting table's log (Exporter.RowsAt).
+func (c *chooser) newestSame(i int, v *Version) *Version {
+	vs := c.tables[i].Versions
+	k, _ := slices.BinarySearchFunc(vs, v.Version, func(x Version, n uint64) int { return cmp.Compare(x.Version, n) })
+	for k+1 < len(vs) && slices.Equal(vs[k+1].EndOffsets, v.EndOffsets) && slices.Equal(vs[k+1].Upstream, v.Upstream) {
+		k++
+	}
+	return &vs[k]
 }
 
 // chooser is the state of one ChooseVersions search.
@@ -198,6 +217,9 @@ func (c *chooser) assign(chosen []*Version, i int, v *Version) string {
 		if ref == nil {
 			return fmt.Sprintf("version %d of %q names no version of %q it read", v.Version, c.tables[i].Topic, up)
 		}
+		if ref.Version == 0 {
+			return fmt.Sprintf("version %d of %q was cut before it had read a version of %q whole", v.Version, c.tables[i].Topic, up)
+		}
 		uv := c.find(j, ref.Version)
 		if uv == nil {
 			return fmt.Sprintf("version %d of %q is derived from version %d of %q, which is not among the %d versions read of it",
@@ -213,15 +235,7 @@ func (c *chooser) assign(chosen []*Version, i int, v *Version) string {
 // find returns table i's version number n, or nil.
 func (c *chooser) find(i int, n uint64) *Version {
 	vs := c.tables[i].Versions
-	k, ok := slices.BinarySearchFunc(vs, n, func(v Version, n uint64) int {
-		switch {
-		case v.Version < n:
-			return -1
-		case v.Version > n:
-			return 1
-		}
-		return 0
-	})
+	k, ok := slices.BinarySearchFunc(vs, n, func(v Version, n uint64) int { return cmp.Compare(v.Version, n) })
 	if !ok {
 		return nil
 	}

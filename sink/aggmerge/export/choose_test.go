@@ -51,8 +51,9 @@ func TestChooseVersions(t *testing.T) {
 		want   []uint64
 		reason string // of ErrInconsistent, when want is nil
 	}{
-		{name: "chain", tables: []TableVersions{a, b, c}, want: []uint64{2, 2, 8}},
-		{name: "chain, downstream first", tables: []TableVersions{c, b, a}, want: []uint64{8, 2, 2}},
+		// b's 2 reads a's 2; a's 3 holds the same.
+		{name: "chain", tables: []TableVersions{a, b, c}, want: []uint64{3, 2, 8}},
+		{name: "chain, downstream first", tables: []TableVersions{c, b, a}, want: []uint64{8, 2, 3}},
 		{name: "one table", tables: []TableVersions{b}, want: []uint64{3}},
 		{name: "unrelated tables", tables: []TableVersions{a, c}, want: []uint64{4, 9}},
 		{name: "weak", tables: []TableVersions{a, b, c}, weak: true, want: []uint64{4, 3, 9}},
