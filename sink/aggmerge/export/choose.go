@@ -101,13 +101,21 @@ func ChooseVersions(tables []TableVersions, weak bool) ([]Version, error) {
 	if len(c.lasts) == 0 {
 		return nil, errors.New("choose versions: the named tables read each other in a cycle")
 	}
-	c.reasons = make([]string, len(c.lasts))
+	c.reasons, c.fit = make([]string, len(c.lasts)), make([]bool, len(c.lasts))
 	chosen := make([]*Version, len(tables))
 	if !c.search(0, chosen) {
+		// The tables none of whose versions fits say why; else all do.
 		var e InconsistentError
-		for _, r := range c.reasons {
-			if r != "" {
+		for k, r := range c.reasons {
+			if r != "" && !c.fit[k] {
 				e.Reasons = append(e.Reasons, r)
+			}
+		}
+		if len(e.Reasons) == 0 {
+			for _, r := range c.reasons {
+				if r != "" {
+					e.Reasons = append(e.Reasons, r)
+				}
 			}
 		}
 		if c.tried >= chooseBudget {
@@ -148,8 +156,10 @@ type chooser struct {
 	deps   [][]int // per table, the named tables some of its versions read
 	read   []bool  // read by another named table
 	lasts  []int   // the tables no named table reads, in the order given
-	// reasons holds, per last table, why its newest version fits no set.
+	// reasons holds, per last table, why its newest version fits no set;
+	// fit whether one of its versions fits with what was chosen before.
 	reasons []string
+	fit     []bool
 	tried   int
 }
 
@@ -171,6 +181,7 @@ func (c *chooser) search(k int, chosen []*Version) bool {
 			}
 			continue
 		}
+		c.fit[k] = true
 		if c.search(k+1, try) {
 			copy(chosen, try)
 			return true
