@@ -48,6 +48,10 @@ type Version struct {
 	Table   string `json:"table"`
 	TableID string `json:"table_id"`
 	Topic   string `json:"topic"`
+	// ChangelogFormat is the format of the changelog topic (a Format's
+	// Name), so that a reader can materialise the table without being
+	// told; absent in versions of writers that did not record it.
+	ChangelogFormat string `json:"changelog_format,omitempty"`
 	// Version only grows: a restore of an older checkpoint is a new
 	// version whose content equals an older one.
 	Version uint64 `json:"version"`

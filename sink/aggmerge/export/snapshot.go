@@ -17,7 +17,8 @@ type SnapshotConfig struct {
 	Kafka kafka.Connection
 	// Topics are the changelog topics of the tables to read.
 	Topics []string
-	// Formats are the topics' formats (absent: UpsertJSON).
+	// Formats are the topics' formats (absent: the one the version
+	// records, else UpsertJSON).
 	Formats map[string]Format
 	// Weak reads the newest version of each table, without checking that
 	// they are consistent.
@@ -95,7 +96,11 @@ func ReadSnapshot(ctx context.Context, cfg SnapshotConfig) (*Snapshot, error) {
 				return err
 			}
 		}
-		t.Rows, err = ReadTable(ctx, ReaderConfig{Kafka: cfg.Kafka, Topic: t.Topic, Format: cfg.Formats[t.Topic], Until: t.Version.EndOffsets})
+		format := cfg.Formats[t.Topic]
+		if format == "" {
+			format = Format(t.Version.ChangelogFormat)
+		}
+		t.Rows, err = ReadTable(ctx, ReaderConfig{Kafka: cfg.Kafka, Topic: t.Topic, Format: format, Until: t.Version.EndOffsets})
 		if err != nil {
 			return fmt.Errorf("version %d: %w", t.Version.Version, err)
 		}

@@ -215,7 +215,8 @@ func (x *Exporter) dueVersion(ctx context.Context, cs []*cursor, ends []uint64, 
 	if again := x.currentWriters(); !again.same(&ws) {
 		return nil, nil
 	}
-	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, Writers: ws.checkpoints, EventTimeMs: math.MaxInt64}
+	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, ChangelogFormat: string(x.cfg.Format), Writers: ws.checkpoints,
+		EventTimeMs: math.MaxInt64}
 	x.ver.dueLog = make([]uint64, len(cs))
 	for _, c := range cs {
 		x.ver.dueLog[c.bucket] = min(c.done, ends[c.bucket])
