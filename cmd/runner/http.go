@@ -151,6 +151,7 @@ func (r *runner) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/v1/tables", r.apiTables)
 	mux.HandleFunc("GET /api/v1/tables/{name}/rows", r.apiRows)
 	mux.HandleFunc("GET /api/v1/topology", r.apiTopology)
+	mux.HandleFunc("GET /api/v1/snapshot", r.apiSnapshot)
 	mux.HandleFunc("GET /api/v1/kafka", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"embedded_brokers": r.env.EmbeddedBrokers()})
 	})

@@ -83,6 +83,7 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: exitUsage, err: err} })
 	root.AddCommand(newRunCmd(), newValidateCmd(), newCheckpointsCmd(), newTableCmd(), newChangelogCmd(),
 		newStopCmd(), newVerifyCmd(), newVersionCmd(), newTopologyCmd())
+	root.AddCommand(newSnapshotCmd())
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())
 		if c.Args == nil {
