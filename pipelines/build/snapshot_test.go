@@ -19,30 +19,30 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
-// regionsOf is B's rows as the aggregate of A's rows: region → (total,
+// snapshotAggregate is B's rows as the aggregate of A's rows: region → (total,
 // users).
-func regionsOf(t *testing.T, a map[string]kafka.Row) map[string][2]int64 {
+func snapshotAggregate(t *testing.T, a map[string]kafka.Row) map[string][2]int64 {
 	t.Helper()
 	out := map[string][2]int64{}
 	for _, r := range a {
-		region, total := str(t, r, "region"), num(t, r, "total")
+		region, total := rowString(t, r, "region"), rowInt(t, r, "total")
 		s := out[region]
 		out[region] = [2]int64{s[0] + total, s[1] + 1}
 	}
 	return out
 }
 
-// regionRows is B's rows: region → (total, users).
-func regionRows(t *testing.T, b map[string]kafka.Row) map[string][2]int64 {
+// snapshotRegions is B's rows: region → (total, users).
+func snapshotRegions(t *testing.T, b map[string]kafka.Row) map[string][2]int64 {
 	t.Helper()
 	out := map[string][2]int64{}
 	for _, r := range b {
-		out[str(t, r, "region")] = [2]int64{num(t, r, "total"), num(t, r, "users")}
+		out[rowString(t, r, "region")] = [2]int64{rowInt(t, r, "total"), rowInt(t, r, "users")}
 	}
 	return out
 }
 
-func str(t *testing.T, r kafka.Row, col string) string {
+func rowString(t *testing.T, r kafka.Row, col string) string {
 	t.Helper()
 	v, _ := r.Get(col)
 	s, ok := v.Str()
@@ -52,7 +52,7 @@ func str(t *testing.T, r kafka.Row, col string) string {
 	return s
 }
 
-func num(t *testing.T, r kafka.Row, col string) int64 {
+func rowInt(t *testing.T, r kafka.Row, col string) int64 {
 	t.Helper()
 	v, _ := r.Get(col)
 	n, ok := v.Int()
@@ -62,7 +62,7 @@ func num(t *testing.T, r kafka.Row, col string) int64 {
 	return n
 }
 
-func sameRows(a, b map[string]kafka.Row) bool {
+func sameSnapshotRows(a, b map[string]kafka.Row) bool {
 	return maps.EqualFunc(a, b, func(x, y kafka.Row) bool { return x.String() == y.String() })
 }
 
@@ -112,7 +112,7 @@ func TestSnapshotChain(t *testing.T) {
 		if u := b.Version.Upstream; len(u) != 1 || u[0].Topic != aTopic || !u[0].Exact {
 			t.Errorf("B's version %d paired with A's %d names upstream %+v", b.Version.Version, a.Version.Version, u)
 		}
-		if got, want := regionRows(t, b.Rows), regionsOf(t, a.Rows); !maps.Equal(got, want) {
+		if got, want := snapshotRegions(t, b.Rows), snapshotAggregate(t, a.Rows); !maps.Equal(got, want) {
 			t.Errorf("B at version %d: %v; the aggregate of A at version %d: %v", b.Version.Version, got, a.Version.Version, want)
 		}
 	}
@@ -141,7 +141,7 @@ func TestSnapshotChain(t *testing.T) {
 				t.Error(err)
 				return 0
 			}
-			if !sameRows(rows, ts.Rows) {
+			if !sameSnapshotRows(rows, ts.Rows) {
 				t.Errorf("%s at version %d: the runner's snapshot (local %v) has %d rows, the changelog %d: %v vs %v",
 					ts.Topic, ts.Version.Version, ts.Local, len(ts.Rows), len(rows), ts.Rows, rows)
 			}
@@ -205,7 +205,7 @@ func TestSnapshotChain(t *testing.T) {
 				check(s)
 				got := map[string]int64{}
 				for _, r := range s.Tables[0].Rows {
-					got[str(t, r, "user")] = num(t, r, "total")
+					got[rowString(t, r, "user")] = rowInt(t, r, "total")
 				}
 				if maps.Equal(got, model) {
 					break
