@@ -215,6 +215,9 @@ func (c *chooser) assign(chosen []*Version, i int, v *Version) string {
 			if u.Topic != up {
 				continue
 			}
+			if u.Version == 0 {
+				return fmt.Sprintf("version %d of %q was cut before it had read a version of %q whole", v.Version, c.tables[i].Topic, up)
+			}
 			if !u.Exact {
 				return fmt.Sprintf("version %d of %q holds all of version %d of %q and maybe part of the next (its checkpoint was not aligned on %q's versions: align: versions)",
 					v.Version, c.tables[i].Topic, u.Version, up, up)
@@ -227,9 +230,6 @@ func (c *chooser) assign(chosen []*Version, i int, v *Version) string {
 		}
 		if ref == nil {
 			return fmt.Sprintf("version %d of %q names no version of %q it read", v.Version, c.tables[i].Topic, up)
-		}
-		if ref.Version == 0 {
-			return fmt.Sprintf("version %d of %q was cut before it had read a version of %q whole", v.Version, c.tables[i].Topic, up)
 		}
 		uv := c.find(j, ref.Version)
 		if uv == nil {
