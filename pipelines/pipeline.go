@@ -83,10 +83,15 @@ type Table struct {
 	path string // in the file, for messages
 }
 
-// TableWindow is a table's tumbling window.
+// TableWindow is a table's tumbling (Slide equal to Size) or hopping
+// window.
 type TableWindow struct {
-	Size time.Duration
-	On   SchemaField
+	// Size and Slide: Slide equal to Size is tumbling, a Slide dividing
+	// Size hopping.
+	Size, Slide time.Duration
+	On          SchemaField
+	// Retain, if set, is how long after its end a window's rows are kept.
+	Retain *time.Duration
 	// Final: emit: final, a window's row is written once, when it closes.
 	Final bool
 	// Lateness is the allowed lateness: a window closes when the watermark
@@ -118,7 +123,8 @@ const (
 	WindowEnd   = "window_end"
 )
 
-// Bounds returns the window of event time t: [start, end).
+// Bounds returns the tumbling window of event time t: [start, end) (the
+// writer assigns an Expanded window itself).
 func (w *TableWindow) Bounds(t time.Time) (start, end time.Time) {
 	ns, size := t.UnixNano(), int64(w.Size)
 	s := ns - ns%size

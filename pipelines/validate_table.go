@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -229,10 +228,9 @@ func widens(from, to agg.Type) bool {
 func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow {
 	w := t.Window
 	ok := true
-	if d := w.Tumble.Std(); v.given(path+".tumble") && (d < time.Millisecond || d%time.Millisecond != 0) {
-		v.fail(path+".tumble", "%s: a window is at least 1ms, a whole number of milliseconds", d)
-		ok = false
-	}
+	windows, sized := v.windowSize(path, w)
+	retain, retained := v.windowRetain(path, w)
+	ok = sized && retained
 	f, found := out.Field(w.On)
 	switch {
 	case w.On == "":
@@ -243,8 +241,9 @@ func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow 
 		v.fail(path+".on", "field %q has type %s; a window needs a timestamp", w.On, f.Type)
 		ok = false
 	}
-	tw := &TableWindow{Size: w.Tumble.Std(), On: f, Final: w.Emit == EmitFinal, Lateness: w.AllowedLateness.Std(), Late: w.Late}
-	if !v.lateness(path, tw) {
+	tw := &TableWindow{Size: windows.Size, Slide: windows.Slide, Retain: retain, On: f,
+		Final: w.Emit == EmitFinal, Lateness: w.AllowedLateness.Std(), Late: w.Late}
+	if !v.lateness(path, tw) || !v.windowExpanded(path, tw) {
 		ok = false
 	}
 	for i, name := range t.PrimaryKey {

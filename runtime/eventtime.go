@@ -39,6 +39,16 @@ type EventTimeOperator[Out any] interface {
 	OnEventTime(at int64, out *Collector[Out]) error
 }
 
+// WatermarkSink is implemented by sinks that act on event time (a table
+// deleting its expired windows): OnWatermark(w) is called on the task
+// goroutine each time the sink's watermark advances to w, after every record
+// before w was written and before any after it. A restored sink hears no
+// call for its restored floor (Context.Watermark tells it), only for the
+// advances past it.
+type WatermarkSink interface {
+	OnWatermark(w int64) error
+}
+
 // timerEntry is one queued timer; the queue may hold entries of timers
 // deleted since (their key's state tells), which are skipped.
 type timerEntry[K any] struct {

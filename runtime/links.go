@@ -224,7 +224,12 @@ func (l *sinkLink[T]) snapshot(id barrier.CheckpointID, _ string) (state.Subtask
 func (l *sinkLink[T]) notifyComplete(id barrier.CheckpointID) error { return l.sink.NotifyComplete(id) }
 func (l *sinkLink[T]) close() error                                 { return l.sink.Close() }
 func (l *sinkLink[T]) timerHandler() TimerHandler                   { th, _ := l.sink.(TimerHandler); return th }
-func (l *sinkLink[T]) advanceWatermark(int64) error                 { return nil }
+func (l *sinkLink[T]) advanceWatermark(w int64) error {
+	if ws, ok := l.sink.(WatermarkSink); ok {
+		return ws.OnWatermark(w)
+	}
+	return nil
+}
 
 // keyedLink runs a KeyedProcessor over keyed state.
 type keyedLink[K comparable, In, Out any] struct {

@@ -183,6 +183,10 @@ func (e *Env) tableSink(j *Job, i int, in runtime.Stream[Row]) error {
 	if w := t.Window; w != nil && w.Watermarked() {
 		return windowSink(e, p, i, t, cfg.Table, cfg, in)
 	}
+	if w := t.Window; w != nil && w.Expanded() {
+		cfg.Window = &writer.Window{Size: w.Size, Slide: w.Slide, Retain: w.Retain}
+		return writer.To(in, p.Spec.Sinks[i].Name, cfg, expandingMapper(p, t))
+	}
 	return writer.To(in, p.Spec.Sinks[i].Name, cfg, mapper(p, t))
 }
 

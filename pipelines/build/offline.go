@@ -60,6 +60,9 @@ func NewOffline(p *pipelines.Pipeline) (*Offline, error) {
 		o.gens = append(o.gens, gen)
 	}
 	for _, t := range p.Tables {
+		if w := t.Window; w != nil && w.Expanded() {
+			return nil, fmt.Errorf("table %s: a hopping window or a retention is not supported offline", t.Spec.Name)
+		}
 		o.maps = append(o.maps, mapper(p, t))
 	}
 	return o, nil

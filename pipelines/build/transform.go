@@ -14,6 +14,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
@@ -243,10 +244,49 @@ func mapper(p *pipelines.Pipeline, t *pipelines.Table) writer.Mapper[Row] {
 	}
 }
 
+// expandingMapper is mapper for a window the writer expands
+// (TableWindow.Expanded): the key without the window's bounds, and the
+// record's event time in At.
+func expandingMapper(p *pipelines.Pipeline, t *pipelines.Table) writer.Mapper[Row] {
+	w := t.Window
+	return func(r Row, row *writer.Row) error {
+		row.Kind = r.Kind(p.KindSlot)
+		var err error
+		if row.Key, err = appendFields(t, r, row.Key[:0]); err != nil {
+			return err
+		}
+		at, ok := r[w.On.Slot].(time.Time)
+		if !ok {
+			return fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
+		}
+		row.At = watermark.FromTime(at)
+		row.Vals, err = appendValues(t, r, row.Vals[:0])
+		return err
+	}
+}
+
 // appendKey appends the table key of record r to key: the primary key
 // fields as table values, then, for a windowed table, the bounds of the
 // record's window.
 func appendKey(t *pipelines.Table, r Row, key []agg.Value) ([]agg.Value, error) {
+	key, err := appendFields(t, r, key)
+	if err != nil {
+		return key, err
+	}
+	if w := t.Window; w != nil {
+		at, ok := r[w.On.Slot].(time.Time)
+		if !ok {
+			return key, fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
+		}
+		start, end := w.Bounds(at)
+		key = append(key, agg.TimestampValue(start), agg.TimestampValue(end))
+	}
+	return key, nil
+}
+
+// appendFields appends the primary key fields of record r to key, as
+// table values.
+func appendFields(t *pipelines.Table, r Row, key []agg.Value) ([]agg.Value, error) {
 	for _, k := range t.Key {
 		if r[k.Slot] == nil {
 			return key, fmt.Errorf("table %s field %s: %w", t.Spec.Name, k.Name, errNullKey)
@@ -256,14 +296,6 @@ func appendKey(t *pipelines.Table, r Row, key []agg.Value) ([]agg.Value, error) 
 			return key, err
 		}
 		key = append(key, v)
-	}
-	if w := t.Window; w != nil {
-		at, ok := r[w.On.Slot].(time.Time)
-		if !ok {
-			return key, fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
-		}
-		start, end := w.Bounds(at)
-		key = append(key, agg.TimestampValue(start), agg.TimestampValue(end))
 	}
 	return key, nil
 }

@@ -19,6 +19,32 @@ import (
 // last key columns; out-of-order records update their own window's row.
 // The table equals a plain model of the input.
 func TestTumblingWindowUpdates(t *testing.T) {
+	windowOracle(t, "{tumble: 1m, on: at}", time.Minute, func(at time.Time) []time.Time {
+		return []time.Time{at.Truncate(time.Minute)}
+	})
+}
+
+// TestHoppingWindowUpdates: window: {hop: 1m, every: 20s} puts every record
+// in the three windows of a minute starting every 20 seconds that hold it
+// (the model tries every start near it); each is a row with its own sum,
+// count, max and min.
+func TestHoppingWindowUpdates(t *testing.T) {
+	windowOracle(t, "{hop: 1m, every: 20s, on: at}", time.Minute, func(at time.Time) []time.Time {
+		var starts []time.Time
+		for s := at.Truncate(time.Hour).Add(-time.Hour); s.Before(at.Add(time.Hour)); s = s.Add(20 * time.Second) {
+			if !s.After(at) && at.Before(s.Add(time.Minute)) {
+				starts = append(starts, s)
+			}
+		}
+		return starts
+	})
+}
+
+// windowOracle runs a job of 600 out-of-order records (some minutes behind)
+// into a table with the given window and checks every row against the
+// model: startsOf gives the window starts of an event time, each window
+// lasting size.
+func windowOracle(t *testing.T, window string, size time.Duration, startsOf func(time.Time) []time.Time) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, 3)
 	rng := rand.New(rand.NewSource(1))
@@ -27,15 +53,22 @@ func TestTumblingWindowUpdates(t *testing.T) {
 		user       string
 		start, end time.Time
 	}
-	want := map[key]int64{}
+	type agg struct{ total, n, hi, lo int64 }
+	want := map[key]agg{}
 	var recs []*kgo.Record
 	for i := range 600 {
 		user := fmt.Sprintf("u%d", i%5)
 		// Mostly forward, some records minutes behind: every one counts in its
-		// window in updates mode.
+		// windows in updates mode.
 		at := base.Add(time.Duration(i)*time.Second - time.Duration(rng.Intn(4))*time.Minute + time.Duration(rng.Intn(1000))*time.Millisecond)
-		start := at.Truncate(time.Minute)
-		want[key{user, start, start.Add(time.Minute)}] += int64(i)
+		for _, start := range startsOf(at) {
+			k := key{user, start, start.Add(size)}
+			a, seen := want[k]
+			if !seen {
+				a.hi, a.lo = int64(i), int64(i)
+			}
+			want[k] = agg{a.total + int64(i), a.n + 1, max(a.hi, int64(i)), min(a.lo, int64(i))}
+		}
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 3),
 			Value: fmt.Appendf(nil, `{"user":%q,"amount":%d,"at":%q}`, user, i, at.Format(time.RFC3339Nano))})
 	}
@@ -49,10 +82,10 @@ sink:
     name: per_minute
     primary_key: [user]
     buckets: 4
-    columns: {total: {agg: sum, from: amount}}
-    window: {tumble: 1m, on: at}
+    columns: {total: {agg: sum, from: amount}, n: {agg: count}, hi: {agg: max, from: amount}, lo: {agg: min, from: amount}}
+    window: %s
 checkpoint: {interval: 50ms}
-`, strings.Join(brokers, ","), topic))
+`, strings.Join(brokers, ","), topic, window))
 	e := openEnv(t, Options{DataDir: t.TempDir()}, p)
 	defer e.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
@@ -62,22 +95,23 @@ checkpoint: {interval: 50ms}
 		t.Fatalf("run: %v", err)
 	}
 	tab, _ := e.Table("per_minute")
-	if names := columnsOf(tab.Schema()); names != "user window_start window_end total" {
-		t.Fatalf("table columns %s, want user window_start window_end total", names)
+	if names := columnsOf(tab.Schema()); names != "user window_start window_end total n hi lo" {
+		t.Fatalf("table columns %s, want user window_start window_end total n hi lo", names)
 	}
-	got := map[key]int64{}
+	got := map[key]agg{}
 	if err := tab.Scan(func(r aggmerge.Row) error {
-		got[key{r.Key[0].Str(), r.Key[1].Time(), r.Key[2].Time()}] = r.Values[0].Int()
+		v := r.Values
+		got[key{r.Key[0].Str(), r.Key[1].Time(), r.Key[2].Time()}] = agg{v[0].Int(), v[1].Int(), v[2].Int(), v[3].Int()}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) {
-		t.Fatalf("%d rows, want %d (one per user and minute)", len(got), len(want))
+		t.Fatalf("%d rows, want %d (one per user and window)", len(got), len(want))
 	}
 	for k, v := range want {
 		if got[k] != v {
-			t.Fatalf("row %v: total %d, want %d", k, got[k], v)
+			t.Fatalf("row %v: %+v, want %+v", k, got[k], v)
 		}
 	}
 }

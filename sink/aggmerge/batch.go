@@ -169,6 +169,15 @@ func (b *Batch) UpsertEncoded(mode Mode, key []byte, vals []agg.Value) error {
 	return b.addEncoded(false, mode, key, vals)
 }
 
+// DeleteEncoded is Delete, without values, with the key already encoded by
+// this table's AppendKey (not checked).
+func (b *Batch) DeleteEncoded(mode Mode, key []byte) error {
+	if mode == Retract {
+		return fmt.Errorf("%w: a retracting delete takes values", ErrInvalid)
+	}
+	return b.addEncoded(true, mode, key, nil)
+}
+
 func (b *Batch) add(del bool, mode Mode, key, vals []agg.Value) error {
 	var err error
 	if b.keyBuf, err = b.t.appendKey(b.keyBuf[:0], key, len(b.t.keyTypes)); err != nil {

@@ -92,6 +92,31 @@ func (t *Table) ScanPrefix(prefix []agg.Value, fn func(Row) error) error {
 	return err
 }
 
+// ScanBucket calls fn for every row of one bucket, with its key also as
+// encoded by AppendKey, on one consistent snapshot. The key and the row's
+// slices are reused: they are valid only during the call.
+func (t *Table) ScanBucket(bucket int, fn func(key []byte, r Row) error) error {
+	if err := t.checkBucket(bucket); err != nil {
+		return err
+	}
+	it, err := t.rowIter()
+	if err != nil {
+		return fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
+	}
+	var key, vals []agg.Value
+	err = t.scanBucket(it, uint32(bucket), nil, &key, &vals, fn)
+	if err == nil {
+		err = it.Error()
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("scan %q bucket %d: %w", t.dir, bucket, t.pebbleErr(err))
+	}
+	return nil
+}
+
 // rowIter stores the dirty rows and opens an iterator over the rows before
 // any other write: a snapshot of the rows at one point of the log.
 func (t *Table) rowIter() (*pebble.Iterator, error) {
@@ -112,25 +137,33 @@ func (t *Table) rowIter() (*pebble.Iterator, error) {
 // iterator is one snapshot, however many times it seeks.
 func (t *Table) scan(it *pebble.Iterator, p []byte, fn func(Row) error) error {
 	var key, vals []agg.Value
-	var lo []byte
 	for b := range uint32(t.schema.Buckets) {
-		lo = append(encoding.RowPrefix(lo[:0], b), p...)
-		for ok := it.SeekGE(lo); ok && hasPrefix(it.Key(), lo); ok = it.Next() {
-			k := it.Key()[len(lo)-len(p):]
-			var err error
-			if key, err = encoding.DecodeKey(k, t.keyTypes, key); err != nil {
-				return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
-			}
-			if vals, err = encoding.DecodeRow(it.Value(), t.valTypes, vals); err != nil {
-				return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
-			}
-			if err := fn(Row{Key: key, Values: vals}); err != nil {
-				return err
-			}
+		if err := t.scanBucket(it, b, p, &key, &vals, func(_ []byte, r Row) error { return fn(r) }); err != nil {
+			return err
 		}
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
+	}
+	return nil
+}
+
+// scanBucket walks the rows of bucket b under the encoded key prefix p,
+// decoding into *key and *vals (reused).
+func (t *Table) scanBucket(it *pebble.Iterator, b uint32, p []byte, key, vals *[]agg.Value, fn func([]byte, Row) error) error {
+	lo := append(encoding.RowPrefix(nil, b), p...)
+	for ok := it.SeekGE(lo); ok && hasPrefix(it.Key(), lo); ok = it.Next() {
+		k := it.Key()[len(lo)-len(p):]
+		var err error
+		if *key, err = encoding.DecodeKey(k, t.keyTypes, *key); err != nil {
+			return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
+		}
+		if *vals, err = encoding.DecodeRow(it.Value(), t.valTypes, *vals); err != nil {
+			return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
+		}
+		if err := fn(k, Row{Key: *key, Values: *vals}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

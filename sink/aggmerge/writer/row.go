@@ -2,6 +2,7 @@ package writer
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/runtime"
@@ -16,6 +17,10 @@ type Row struct {
 	Kind runtime.RowKind // RowInsert and RowUpdateAfter aggregate, RowUpdateBefore and RowDelete retract
 	Key  []agg.Value
 	Vals []agg.Value
+	// At is the record's event time (Unix nanoseconds, see package
+	// watermark), read when Config.Window is set: the writer appends each
+	// window's start and end to Key.
+	At int64
 }
 
 // Mapper fills row from a record. It should append to row.Key[:0] and
@@ -27,15 +32,17 @@ func errValues(got, want int) error {
 	return fmt.Errorf("aggmerge writer: %d values for %d target columns", got, want)
 }
 
-// record is one input record mapped: the bucket that routes it to its
-// writer is the bucket of the key it is written under, both taken from one
-// call of the mapper. key (encoded by the table's AppendKey) and vals point
-// into the mapping subtask's arenas.
+// record is one input record mapped (one per window, when windowed): the
+// bucket that routes it to its writer is the bucket of the key it is
+// written under, both taken from one call of the mapper. key (encoded by
+// the table's AppendKey) and vals point into the mapping subtask's arenas;
+// end is the window's end (Unix nanoseconds) when windowed.
 type record struct {
 	bucket int32
 	kind   runtime.RowKind
 	key    []byte
 	vals   []agg.Value
+	end    int64
 }
 
 // Arena chunk sizes: one allocation per chunk, shared by the records of
@@ -71,6 +78,7 @@ type mapOp[T any] struct {
 	t      *aggmerge.Table
 	row    Row
 	keyBuf []byte
+	starts []int64 // a record's window starts, when windowed
 	keys   arena[byte]
 	vals   arena[agg.Value]
 }
@@ -91,17 +99,41 @@ func (m *mapOp[T]) ProcessBatch(in []T, out *runtime.Collector[record]) error {
 		if m.row.Kind.Retracts() && !m.cfg.Retracts {
 			return fmt.Errorf("aggmerge writer: a retracting row (%s) reached a sink not declared Retracts", m.row.Kind)
 		}
-		var err error
-		if m.keyBuf, err = m.t.AppendKey(m.keyBuf[:0], m.row.Key); err != nil {
-			return err
+		w := m.cfg.Window
+		if w == nil {
+			if err := m.emit(out, buckets, 0, m.vals.copy(m.row.Vals)); err != nil {
+				return err
+			}
+			continue
 		}
-		out.Emit(record{
-			bucket: int32(aggmerge.BucketOf(m.keyBuf, buckets)),
-			kind:   m.row.Kind,
-			key:    m.keys.copy(m.keyBuf),
-			vals:   m.vals.copy(m.row.Vals),
-		})
+		n := len(m.row.Key)
+		vals := m.vals.copy(m.row.Vals) // shared by the record's windows
+		m.starts = w.windows().Starts(m.starts[:0], m.row.At)
+		for _, start := range m.starts {
+			end := start + int64(w.Size)
+			m.row.Key = append(m.row.Key[:n], agg.MicrosValue(start/int64(time.Microsecond)), agg.MicrosValue(end/int64(time.Microsecond)))
+			if err := m.emit(out, buckets, end, vals); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
+}
+
+// emit sends the mapped row on, under its key with vals, as the record of
+// the window ending at end (0: not windowed).
+func (m *mapOp[T]) emit(out *runtime.Collector[record], buckets int, end int64, vals []agg.Value) error {
+	var err error
+	if m.keyBuf, err = m.t.AppendKey(m.keyBuf[:0], m.row.Key); err != nil {
+		return err
+	}
+	out.Emit(record{
+		bucket: int32(aggmerge.BucketOf(m.keyBuf, buckets)),
+		kind:   m.row.Kind,
+		key:    m.keys.copy(m.keyBuf),
+		vals:   vals,
+		end:    end,
+	})
 	return nil
 }
 

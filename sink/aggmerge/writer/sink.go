@@ -53,6 +53,8 @@ type Config struct {
 	// log (an exporter) holds what it needs; the sink always records its own
 	// hold.
 	TruncateLog bool
+	// Window, when set, aggregates per window of event time (see Window).
+	Window *Window
 	// UnsafeSkipUndo turns undo off. It exists for tests that prove the crash
 	// harness detects double counting; never set it otherwise.
 	UnsafeSkipUndo bool
@@ -77,6 +79,11 @@ func (c *Config) validate() error {
 		return errors.New("aggmerge writer: no table")
 	}
 	sch := c.Table.Schema()
+	if c.Window != nil {
+		if err := c.Window.check(c.Table); err != nil {
+			return err
+		}
+	}
 	for _, name := range c.Columns {
 		if sch.ValueIndex(name) < 0 {
 			return fmt.Errorf("aggmerge writer: table %s has no value column %q", c.Table.Dir(), name)
@@ -144,6 +151,7 @@ type sink struct {
 	batch *aggmerge.Batch // filled by Write
 	spare *aggmerge.Batch // empty, for Write while batch is applied
 	comb  *combiner       // nil when combining is off
+	ret   *retention      // nil unless the window has a retention
 	timer bool            // a flush timer is set
 
 	// snapshots maps a checkpoint not yet known complete to the base
@@ -212,11 +220,21 @@ func (s *sink) Open(ctx *runtime.Context) error {
 	if !s.cfg.NoCombine {
 		s.comb = newCombiner(t, s.cfg.columnIndexes(), s.cfg.Partials)
 	}
-	items := ctx.State.Unions[stateList] // none on a fresh start
+	if err := s.restore(); err != nil {
+		return err
+	}
+	return s.openRetention(ctx.Registerer)
+}
+
+// restore undoes what the sink wrote past the restored checkpoint, or
+// starts afresh when there is none.
+func (s *sink) restore() error {
+	t := s.table
+	items := s.ctx.State.Unions[stateList] // none on a fresh start
 	if len(items) == 0 {
 		return s.startAfresh()
 	}
-	baselines, err := mergeBaselines(items, t.Dir(), t.ID().String(), s.id.Group(), buckets)
+	baselines, err := mergeBaselines(items, t.Dir(), t.ID().String(), s.id.Group(), t.Schema().Buckets)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
@@ -346,6 +364,9 @@ func (s *sink) Write(batch []record) error {
 		if b := int(r.bucket); Owner(b, s.ctx.Parallelism) != s.ctx.Subtask {
 			return fmt.Errorf("aggmerge writer %s: table %s: a record of bucket %d reached subtask %d, the bucket's owner is subtask %d of %d",
 				s.w.ID, s.table.Dir(), b, s.ctx.Subtask, Owner(b, s.ctx.Parallelism), s.ctx.Parallelism)
+		}
+		if s.ret != nil && !s.ret.keep(r, s.ctx.Watermark()) {
+			continue
 		}
 		mode := aggmerge.Aggregate
 		switch {

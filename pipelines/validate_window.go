@@ -1,0 +1,109 @@
+package pipelines
+
+import (
+	"time"
+
+	"github.com/ebbflow/ebbflow/runtime/watermark"
+)
+
+// windowSize checks a window's length (tumble, or hop with every): whole
+// milliseconds, at least 1ms, every dividing hop, at most
+// watermark.MaxWindowsPerTime windows per record.
+func (v *validator) windowSize(path string, w *Window) (watermark.Windows, bool) {
+	ms := func(key string, d time.Duration) bool {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			v.fail(path+"."+key, "%s: a window is at least 1ms, a whole number of milliseconds", d)
+			return false
+		}
+		return true
+	}
+	tumble, hop := v.given(path+".tumble"), v.given(path+".hop")
+	switch {
+	case tumble && hop: // the decoder reported it
+	case tumble:
+		if v.given(path + ".every") {
+			v.fail(path+".every", "every goes with hop (a tumbling window starts where the last ended)")
+			return watermark.Windows{}, false
+		}
+		d := w.Tumble.Std()
+		return watermark.Windows{Size: d, Slide: d}, ms("tumble", d)
+	case hop:
+		if !v.given(path + ".every") {
+			v.fail(path+".hop", "hop needs every: the time between the starts of two windows")
+			return watermark.Windows{}, false
+		}
+		ws := watermark.Windows{Size: w.Hop.Std(), Slide: w.Every.Std()}
+		if !ms("hop", ws.Size) || !ms("every", ws.Slide) {
+			return ws, false
+		}
+		switch {
+		case ws.Slide > ws.Size:
+			v.fail(path+".every", "every %s exceeds hop %s: the windows would leave gaps", ws.Slide, ws.Size)
+		case ws.Size%ws.Slide != 0:
+			v.fail(path+".every", "hop %s is not a multiple of every %s", ws.Size, ws.Slide)
+		case ws.Count() > watermark.MaxWindowsPerTime:
+			v.fail(path+".every", "hop %s / every %s puts every record in %d windows; at most %d", ws.Size, ws.Slide, ws.Count(), watermark.MaxWindowsPerTime)
+		default:
+			return ws, true
+		}
+		return ws, false
+	}
+	return watermark.Windows{}, false // the decoder reported it
+}
+
+// windowRetain checks a window's retention: not negative, and event time on
+// every source (watermarks delete the windows).
+func (v *validator) windowRetain(path string, w *Window) (*time.Duration, bool) {
+	if w.Retain == nil {
+		return nil, true
+	}
+	d := w.Retain.Std()
+	if d < 0 {
+		v.fail(path+".retain", "duration %q is negative", d)
+		return nil, false
+	}
+	if !v.eventTimeEverywhere(path+".retain", "retain") {
+		return nil, false
+	}
+	return &d, true
+}
+
+// Expanded reports whether the writer assigns the windows of a record
+// (writer.Config.Window): a hopping window, or one with a retention. A
+// plain tumbling window's bounds are part of the key the mapper gives, as
+// the final and late paths need.
+func (w *TableWindow) Expanded() bool { return w.Slide != w.Size || w.Retain != nil }
+
+// windowExpanded checks that a hopping window or a retention goes with a
+// window the writer expands (emit: updates, late: update): the final and
+// late paths write one window per record and are not built for them yet.
+func (v *validator) windowExpanded(path string, w *TableWindow) bool {
+	if !w.Watermarked() || !w.Expanded() {
+		return true
+	}
+	key := ".hop"
+	if w.Slide == w.Size {
+		key = ".retain"
+	}
+	v.fail(path+key, "%s with emit: final or a late policy other than update is not built yet (docs/EVENT_TIME.md)", key[1:])
+	return false
+}
+
+// eventTimeEverywhere reports whether every source of the job emits
+// watermarks, failing at path (for what) when one does not: a source
+// without event time holds the watermark back for good.
+func (v *validator) eventTimeEverywhere(path, what string) bool {
+	for i := range v.spec.Sources {
+		src := &v.spec.Sources[i]
+		if src.Kafka != nil && src.Kafka.EventTime != nil {
+			continue
+		}
+		kind := src.Kind()
+		if kind == "" {
+			return false // reported
+		}
+		v.fail(path, "%s needs watermarks from every source: %s has no event_time (only kafka sources have one)", what, v.elem("source", i)+"."+kind)
+		return false
+	}
+	return true
+}
