@@ -214,6 +214,10 @@ func KeyBy[K comparable, T any](s Stream[T], key func(T) K, codec state.Codec[K]
 	return KeyedStream[K, T]{Stream: s, key: key, codec: codec}
 }
 
+// Codec returns the codec of the stream's keys, for a processor's keyed
+// state and timers.
+func (ks KeyedStream[K, T]) Codec() state.Codec[K] { return ks.codec }
+
 // Process adds a keyed processor reading ks.
 func Process[K comparable, In, Out any](ks KeyedStream[K, In], name string, p func() KeyedProcessor[K, In, Out], opts ...NodeOption) Stream[Out] {
 	j := ks.job
