@@ -23,7 +23,8 @@ import (
 //	                  field tagged key:"true" gets the key, and the value
 //	                  decodes into the field tagged value:"true" if any,
 //	                  else into the element
-//	form:"one"        a slice written as one element or as a list of them
+//	form:"one"        a slice written as one element (a mapping or a
+//	                  scalar) or as a list of them
 //	doc:"text"        the description in docs/YAML.md
 //
 // Struct types with a oneOf method need exactly one of those keys. String
@@ -169,7 +170,7 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, f fieldInfo)
 	}
 	switch f.form {
 	case "one":
-		if n.Kind == yaml.MappingNode {
+		if n.Kind != yaml.SequenceNode {
 			e := newElem(v.Type().Elem())
 			d.value(n, e, path, fieldInfo{})
 			v.Set(reflect.Append(reflect.MakeSlice(v.Type(), 0, 1), e))

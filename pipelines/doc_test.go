@@ -81,6 +81,8 @@ func docRows(b *strings.Builder, t reflect.Type, prefix string) {
 func docType(t reflect.Type, f fieldInfo) string {
 	var s string
 	switch {
+	case f.form == "one" && t.Elem().Kind() == reflect.String:
+		return "string, or a list of them"
 	case f.form == "one":
 		return "mapping, or a list of them"
 	case f.form == "map":

@@ -26,6 +26,9 @@ type Pipeline struct {
 	// function can retract (checked at load).
 	KindSlot int
 	Tables   []*Table // one per sink, in order
+	// Dedupe, if set, is the job's dedupe step, run after the other steps,
+	// behind a shuffle by its key.
+	Dedupe *DedupeStep
 
 	// where places errors found after validation (across jobs) in the file.
 	where *validator

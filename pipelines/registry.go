@@ -127,6 +127,7 @@ var transformKinds = []transformKind{
 	{component{"drop"}, func(t *Transform) bool { return t.Drop != nil }, (*validator).drop},
 	{component{"project"}, func(t *Transform) bool { return t.Project != nil }, (*validator).project},
 	{component{"rename"}, func(t *Transform) bool { return t.Rename != nil }, (*validator).rename},
+	{component{"dedupe"}, func(t *Transform) bool { return t.Dedupe != nil }, (*validator).dedupe},
 }
 
 // kind returns the kind of the step, or nil when it has none.

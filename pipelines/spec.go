@@ -172,9 +172,18 @@ type Transform struct {
 	Drop    []string `yaml:"drop" doc:"remove these fields"`
 	Project []string `yaml:"project" doc:"keep only these fields, in this order"`
 	Rename  []Rename `yaml:"rename" form:"map" doc:"old name to new name"`
+	Dedupe  *Dedupe  `yaml:"dedupe" doc:"drop the records whose key was seen within a horizon of event time (docs/EVENT_TIME.md#dedupe); the last step"`
 	// Registered is the spec of a step of a kind registered from Go
 	// (Registry); nil for the built-in kinds.
 	Registered *Registered `yaml:"-"`
+}
+
+// Dedupe drops repeated records: a record is dropped when a record with the
+// same key was kept less than within away from it in event time.
+type Dedupe struct {
+	Key    []string `yaml:"key" required:"true" form:"one" doc:"the field, or list of fields, that identify a record (an id)"`
+	Within Duration `yaml:"within" required:"true" min:"1ms" doc:"the horizon: a record is a duplicate when a record of its key was kept less than this before or after it in event time; what is kept expires as the watermark passes it plus within"`
+	On     string   `yaml:"on" doc:"the field holding the record's event time: a timestamp, or an int64 of Unix milliseconds (default: the sources' event_time.field)"`
 }
 
 // Assign sets a field to the value of an expression.

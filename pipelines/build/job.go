@@ -81,6 +81,10 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	if len(streams) > 1 {
 		out = runtime.Union("union", streams...)
 	}
+	out, err := dedupe(p, out)
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", p.Spec.Job.Name, err)
+	}
 	for i, s := range p.Spec.Sinks {
 		wire, err := wiringOf(sinkWiring, pipelines.RoleSink, s.Kind())
 		if err == nil {

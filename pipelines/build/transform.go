@@ -134,6 +134,9 @@ func (o *transformOp) failed(record []byte, err error) error {
 func transform(p *pipelines.Pipeline, tr *pipelines.Transformer, r Row) (bool, error) {
 	keep, err := tr.Apply(r)
 	if err == nil && keep {
+		err = checkDedupe(p, r)
+	}
+	if err == nil && keep {
 		err = checkTables(p, r)
 	}
 	return keep, err
