@@ -115,3 +115,91 @@ checkpoint: {interval: 50ms}
 		}
 	}
 }
+
+// TestWindowRetention: window: {tumble: 1m, on: at, retain: 2m} through
+// Kafka with event time: as the watermark (one partition: its largest
+// event time) passes a window's end plus two minutes, the window's rows
+// leave the table; the rest stay exact.
+func TestWindowRetention(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 1)
+	base := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	type key struct {
+		user  string
+		start time.Time
+	}
+	all := map[key]int64{}
+	var recs []*kgo.Record
+	var last time.Time
+	for i := range 600 { // ten minutes
+		user := fmt.Sprintf("u%d", i%3)
+		at := base.Add(time.Duration(i) * time.Second)
+		all[key{user, at.Truncate(time.Minute)}] += int64(i)
+		last = at
+		recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, `{"user":%q,"amount":%d,"at":%q}`, user, i, at.Format(time.RFC3339Nano))})
+	}
+	kafkatest.Produce(t, brokers, recs...)
+	wm := last.Add(-time.Nanosecond) // the partition's watermark once all is read
+	want := map[key]int64{}
+	for k, v := range all {
+		if k.start.Add(time.Minute + 2*time.Minute).After(wm) {
+			want[k] = v
+		}
+	}
+	if len(want) == len(all) || len(want) == 0 {
+		t.Fatalf("retention keeps %d of %d rows: the test needs some of both", len(want), len(all))
+	}
+	p := load(t, fmt.Sprintf(`
+job: {name: retained, parallelism: 2}
+source:
+  kafka:
+    brokers: [%s]
+    topics: [%s]
+    schema: {user: string, amount: int64, at: timestamp}
+    event_time: {field: at}
+sink:
+  table:
+    name: recent
+    primary_key: [user]
+    buckets: 4
+    columns: {total: {agg: sum, from: amount}}
+    window: {tumble: 1m, on: at, retain: 2m}
+checkpoint: {interval: 50ms}
+`, strings.Join(brokers, ","), topic))
+	e := openEnv(t, Options{DataDir: t.TempDir()}, p)
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	j, done := startJob(t, ctx, e, p)
+	tab, _ := e.Table("recent")
+	rows := func() map[key]int64 {
+		got := map[key]int64{}
+		_ = tab.Scan(func(r aggmerge.Row) error {
+			got[key{r.Key[0].Str(), r.Key[1].Time()}] = r.Values[0].Int()
+			return nil
+		})
+		return got
+	}
+	same := func(got map[key]int64) bool {
+		if len(got) != len(want) {
+			return false
+		}
+		for k, v := range want {
+			if got[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !same(rows()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	j.Stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if got := rows(); !same(got) {
+		t.Fatalf("%d rows, want the %d of windows ending after %s minus 2m: %v", len(got), len(want), wm, got)
+	}
+}
