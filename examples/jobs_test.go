@@ -331,12 +331,13 @@ func TestChained(t *testing.T) {
 	}
 }
 
-// TestWindowed produces timestamped orders, out of order, into a topic and
-// reads it to the end (bounded): one row per region and minute of event
-// time, with the exact revenue and count; as the file is (emit: updates)
-// and with emit: final and 10s of allowed lateness (the orders up to 9s
-// behind their partition count; the end of the input closes every window,
-// each written once: one +I per window in the table's log).
+// TestWindowed produces timestamped orders, out of order, some of them
+// twice, into a topic and reads it to the end (bounded): one row per region
+// and minute of event time, with the exact revenue and count, each order
+// counted once; as the file is (emit: updates) and with emit: final and 10s
+// of allowed lateness (the orders up to 9s behind their partition count;
+// the end of the input closes every window, each written once: one +I per
+// window in the table's log).
 func TestWindowed(t *testing.T) {
 	for _, final := range []bool{false, true} {
 		t.Run(fmt.Sprintf("final=%v", final), func(t *testing.T) { testWindowed(t, final) })
@@ -371,6 +372,9 @@ func testWindowed(t *testing.T, final bool) {
 		tot := want[w]
 		want[w] = total{tot.cents + cents, tot.orders + 1}
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 3), Value: v})
+		if rng.Intn(10) == 0 { // sent again: the dedupe step drops it
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 3), Value: v})
+		}
 	}
 	kafkatest.Produce(t, brokers, recs...)
 	env, _, wait := start(t, p)
