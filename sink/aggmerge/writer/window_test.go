@@ -41,7 +41,6 @@ func newScript(recs []wev, wm int64) *script {
 
 func (s *script) setWatermark(wm int64) { s.mu.Lock(); s.wm = wm; s.mu.Unlock() }
 func (s *script) push(r ...wev)         { s.mu.Lock(); s.recs = append(s.recs, r...); s.mu.Unlock() }
-func (s *script) drained() bool         { s.mu.Lock(); defer s.mu.Unlock(); return len(s.recs) == 0 }
 
 type scriptSource struct{ s *script }
 
