@@ -122,15 +122,16 @@ func (c *Config) columnIndexes() []int {
 }
 
 // needsUndo reports whether a restore must undo: always, unless every
-// written function is idempotent and nothing can retract (replaying the
-// input then changes no row, not even for a moment: see agg's
-// Func.Idempotent; TestCrashHarnessSkipUndo).
+// written function is idempotent and nothing can retract or delete a
+// window past retention (replaying the input then changes no row, not even
+// for a moment: see agg's Func.Idempotent; TestCrashHarnessSkipUndo,
+// TestRetentionNeedsUndo).
 func (c *Config) needsUndo() bool {
 	if c.UnsafeSkipUndo {
 		return false
 	}
-	if c.Retracts {
-		return true
+	if c.Retracts || c.Window != nil && c.Window.Retain != nil {
+		return true // a retraction or a window's delete is no harmless replay
 	}
 	for _, i := range c.columnIndexes() {
 		if !c.Table.Func(i).Idempotent() {
