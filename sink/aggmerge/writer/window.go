@@ -130,7 +130,7 @@ func (s *sink) openRetention(reg prometheus.Registerer) error {
 		rows: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_sink_window_rows_expired_total",
 			Help: "Rows of windows past retention that the sink deleted from its table."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_sink_window_records_expired_total",
-			Help: "Records dropped because their window was past retention (already deleted)."})}
+			Help: "Writes dropped because their window was past retention (already deleted): one per record and window."})}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{r.rows, r.dropped} {
 			if err := reg.Register(c); err != nil {
