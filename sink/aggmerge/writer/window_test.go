@@ -201,11 +201,21 @@ func waitFor(t *testing.T, what string, cond func() error) {
 // by run 3.
 func TestWindowRetentionUndo(t *testing.T) {
 	dir := t.TempDir()
-	tbl, err := aggmerge.Open(dir+"/table", windowSchema(), aggmerge.Options{})
-	if err != nil {
-		t.Fatal(err)
+	// Each run opens the table afresh, as a new process would.
+	var tbl *aggmerge.Table
+	reopen := func() {
+		if tbl != nil {
+			if err := tbl.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		if tbl, err = aggmerge.Open(dir+"/table", windowSchema(), aggmerge.Options{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer tbl.Close()
+	reopen()
+	defer func() { tbl.Close() }()
 	base := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC).UnixNano()
 	var evs []wev
 	for i := range int64(400) {
@@ -220,7 +230,7 @@ func TestWindowRetentionUndo(t *testing.T) {
 	early := base - int64(time.Hour) // expires nothing
 
 	s := newScript(evs, early)
-	err = windowRun(t, tbl, dir, s, nil, func(j *runtime.Job, _ context.CancelFunc) {
+	err := windowRun(t, tbl, dir, s, nil, func(j *runtime.Job, _ context.CancelFunc) {
 		waitFor(t, "run 1 to write the input", func() error { return sameRows(windowRows(t, tbl), model) })
 		j.Stop()
 	})
@@ -233,6 +243,7 @@ func TestWindowRetentionUndo(t *testing.T) {
 	if len(want) == len(model) || len(want) == 0 {
 		t.Fatalf("the expiry deletes %d of %d rows: the test needs some of both", len(model)-len(want), len(model))
 	}
+	reopen()
 	s = newScript(nil, early)
 	err = windowRun(t, tbl, dir, s, nil, func(_ *runtime.Job, cancel context.CancelFunc) {
 		<-s.read
@@ -244,6 +255,7 @@ func TestWindowRetentionUndo(t *testing.T) {
 		t.Fatalf("run 2: %v", err)
 	}
 
+	reopen()
 	reg := prometheus.NewRegistry()
 	s = newScript(nil, early)
 	err = windowRun(t, tbl, dir, s, reg, func(j *runtime.Job, _ context.CancelFunc) {
