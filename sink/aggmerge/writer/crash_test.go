@@ -121,8 +121,11 @@ func crashChild(dir string) error {
 			opts.Restore = runtime.RestoreCheckpoint(barrierID(n))
 		}
 		j := runtime.NewJob(opts)
-		src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: strings.Split(env("BROKERS"), ",")}, Topics: []string{env("TOPIC")}},
-			kafka.JSON[operators.Event]())
+		srcCfg, srcOpts := kafka.Config{Connection: kafka.Connection{Brokers: strings.Split(env("BROKERS"), ",")}, Topics: []string{env("TOPIC")}}, []kafka.Option[operators.Event](nil)
+		if env("MODE") == modeWindow {
+			srcCfg.EventTime, srcOpts = &kafka.EventTime{}, crashEventTime
+		}
+		src, err := kafka.NewSource(srcCfg, kafka.JSON[operators.Event](), srcOpts...)
 		if err != nil {
 			return err
 		}
@@ -140,7 +143,11 @@ func crashChild(dir string) error {
 		// apart: most kills leave writes past the last checkpoint to undo.
 		cfg := writer.Config{Table: tbl, Columns: cols, UnsafeSkipUndo: env("SKIPUNDO") != "",
 			FlushInterval: 10 * time.Millisecond, NoCombine: env("NOCOMBINE") != ""}
-		if err := writer.To(events, "table", cfg, mapperFor(sch, cols)); err != nil {
+		mapper := mapperFor(sch, cols)
+		if env("MODE") == modeWindow {
+			cfg.Window, mapper = crashWindow(), mapCrashWindowed
+		}
+		if err := writer.To(events, "table", cfg, mapper); err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
@@ -202,6 +209,16 @@ func stopWhenComplete(tbl *aggmerge.Table, want int64, jobs []*runtime.Job, regs
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	if mode == modeWindow {
+		want := crashWindowsLeft(uint64(want))
+		for sameRows(windowTable(tbl), want) != nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, j := range jobs {
+			j.Stop()
+		}
+		return
+	}
 	for {
 		var n, n2 int64
 		_ = tbl.Scan(func(r aggmerge.Row) error {
@@ -241,7 +258,7 @@ func (h *harness) start(extra ...string) *crashtest.Child {
 func produce(t *testing.T, cl *kgo.Client, topic string, from, to uint64) {
 	recs := make([]*kgo.Record, 0, to-from)
 	for seq := from; seq < to; seq++ {
-		v, _ := json.Marshal(operators.Event{Seq: seq, Key: seq % keys, Value: operators.ValueOf(seq)})
+		v, _ := json.Marshal(operators.Event{Seq: seq, Key: seq % keys, Value: operators.ValueOf(seq), Time: crashTime(seq)})
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(seq % keys % crashParts), Value: v})
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {

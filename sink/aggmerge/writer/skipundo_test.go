@@ -29,6 +29,9 @@ const (
 )
 
 func schemaOf(mode string) aggmerge.Schema {
+	if mode == modeWindow {
+		return windowSchema()
+	}
 	if mode != modeIdem && mode != modeIdemLast {
 		return schema()
 	}

@@ -141,14 +141,26 @@ func windowModel(evs []wev) map[wkey]wval {
 
 func windowRows(t *testing.T, tbl *aggmerge.Table) map[wkey]wval {
 	t.Helper()
-	got := map[wkey]wval{}
-	if err := tbl.Scan(func(r aggmerge.Row) error {
-		got[wkey{r.Key[0].Int(), r.Key[1].Micros(), r.Key[2].Micros()}] = wval{r.Values[0].Int(), r.Values[1].Int()}
-		return nil
-	}); err != nil {
+	got, err := scanWindows(tbl)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// windowTable is the table's rows, or none when it cannot be read.
+func windowTable(tbl *aggmerge.Table) map[wkey]wval {
+	got, _ := scanWindows(tbl)
+	return got
+}
+
+func scanWindows(tbl *aggmerge.Table) (map[wkey]wval, error) {
+	got := map[wkey]wval{}
+	err := tbl.Scan(func(r aggmerge.Row) error {
+		got[wkey{r.Key[0].Int(), r.Key[1].Micros(), r.Key[2].Micros()}] = wval{r.Values[0].Int(), r.Values[1].Int()}
+		return nil
+	})
+	return got, err
 }
 
 // live is the model's rows whose window is not past retention (1m) at wm.
