@@ -59,6 +59,9 @@ func NewOffline(p *pipelines.Pipeline) (*Offline, error) {
 		o.decoders = append(o.decoders, dec)
 		o.gens = append(o.gens, gen)
 	}
+	if p.Dedupe != nil {
+		return nil, fmt.Errorf("the dedupe step keeps state across records: not supported offline")
+	}
 	for _, t := range p.Tables {
 		if w := t.Window; w != nil && w.Expanded() {
 			return nil, fmt.Errorf("table %s: a hopping window or a retention is not supported offline", t.Spec.Name)
