@@ -97,6 +97,9 @@ func (a *attempt) openTasks(tasks []*task) ([]*task, error) {
 				Dir:                 filepath.Join(a.jobDir, "operators", n.uid, strconv.Itoa(t.subtask)),
 				Logger:              t.log.With("operator", n.uid),
 				Registerer:          t.registerer(n.uid)}
+			if n.source {
+				ctx.cuts = a.coord.cuts
+			}
 			env := &openEnv{ctx: ctx, backends: opts.StateBackend}
 			if n.keyed {
 				env.keyed = state.KeyedSpec{

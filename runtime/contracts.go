@@ -39,6 +39,8 @@ type Context struct {
 
 	timers *timerSet
 	link   int
+	cuts   *cutGates // a source's: the attempt's cut gates
+	gate   *CutGate  // a source's, once it asked for it
 	ctx    context.Context
 	wm     int64 // the operator's watermark (see Watermark)
 	events any   // *EventTimers[K] a keyed processor made in Open, or *operatorTimers

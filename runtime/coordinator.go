@@ -53,13 +53,14 @@ type coordinator struct {
 	sources  []*task
 	acks     chan ackMsg // acks and declines
 	finished chan *task
+	cuts     *cutGates // the sources' cut gates (Context.CutGate)
 	// aligned is, per checkpoint in flight, the longest alignment its acks
 	// reported (CheckpointInfo.Alignment once it completes).
 	aligned map[barrier.CheckpointID]time.Duration
 }
 
 func newCoordinator(att *attempt, storage checkpointStore) *coordinator {
-	return &coordinator{att: att, storage: storage, opts: att.job.opts.Checkpoint}
+	return &coordinator{att: att, storage: storage, opts: att.job.opts.Checkpoint, cuts: newCutGates()}
 }
 
 // setTasks gives the coordinator the attempt's tasks and its state machine
@@ -122,8 +123,12 @@ func (c *coordinator) send(ctx context.Context, m ackMsg) {
 func (c *coordinator) sourceFinished(t *task) { c.finished <- t }
 
 // start triggers the initial checkpoint if the sources wait for it. It is
-// called before the coordinator goroutine starts.
-func (c *coordinator) start() { c.step(coordEvent{kind: coordStart}) }
+// called after the tasks opened (and registered their cut gates), before
+// the coordinator goroutine starts.
+func (c *coordinator) start() {
+	_, gates := c.cuts.count()
+	c.step(coordEvent{kind: coordStart, gated: gates > 0})
+}
 
 // run is the coordinator goroutine. It returns when ctx is done.
 func (c *coordinator) run(ctx context.Context) {
@@ -160,6 +165,12 @@ func (c *coordinator) run(ctx context.Context) {
 			c.step(coordEvent{kind: coordStop})
 		case <-timer.C:
 			c.step(coordEvent{kind: coordTick})
+		case <-c.cuts.ready:
+			// A stale signal (the gates were closed since) finds them
+			// closed.
+			if c.cuts.allOpen() {
+				c.step(coordEvent{kind: coordAtCut})
+			}
 		}
 	}
 }
@@ -191,6 +202,9 @@ func (c *coordinator) perform(a coordAction) {
 		}
 		m.inProgress.Set(1)
 		log.Debug("checkpoint triggered", "checkpoint", id, "final", a.barrier.Final)
+		// Closed before any source sees the barrier: a source opens its
+		// gate again only after its Snapshot of this checkpoint.
+		c.cuts.closeAll()
 		for _, s := range c.sources {
 			s.mailbox.postTrigger(a.barrier)
 		}

@@ -14,7 +14,9 @@ type coordEventKind uint8
 
 const (
 	// coordStart: the attempt begins; the initial checkpoint is triggered
-	// at once when the sources wait for it.
+	// at once when the sources wait for it. gated: the sources have cut
+	// gates (CutGate), so no other checkpoint is triggered before
+	// coordAtCut.
 	coordStart coordEventKind = iota + 1
 	// coordTick: time passed (the timer of wake fired): a checkpoint past
 	// its deadline is aborted, a periodic one is triggered when due.
@@ -36,6 +38,9 @@ const (
 	coordStop
 	// coordEnd: the attempt ended (failure, cancellation or the job's end).
 	coordEnd
+	// coordAtCut: every cut gate is open: the sources are where a
+	// checkpoint may cut their input, and hold there until its barrier.
+	coordAtCut
 )
 
 // coordEvent is one input of the coordinator's state machine. now is the
@@ -49,6 +54,7 @@ type coordEvent struct {
 	err   error                // decline, trigger failed, persisted
 	cause abortCause           // decline (causeDeclined if empty)
 	size  int64                // persisted: bytes of the metadata file
+	gated bool                 // start: the sources have cut gates
 }
 
 // abortCause classifies why a checkpoint was aborted: the reason label of
@@ -77,8 +83,9 @@ type ackedOp struct {
 type coordActionKind uint8
 
 const (
-	// actTrigger: create the folder of checkpoint barrier.ID, then post the
-	// barrier to every source (or report coordTriggerFailed).
+	// actTrigger: create the folder of checkpoint barrier.ID, then close
+	// the cut gates and post the barrier to every source (or report
+	// coordTriggerFailed).
 	actTrigger coordActionKind = iota + 1
 	// actPersist: write md, then report coordPersisted.
 	actPersist
@@ -159,6 +166,7 @@ type inFlight struct {
 	md       state.Metadata
 	size     int64 // bytes of the state files the acks reference
 	persist  bool  // every task acked; the metadata is being written
+	cut      bool  // it was triggered at a cut (gated): a failed trigger leaves the sources there
 }
 
 // coordMachine is the checkpoint coordinator's state machine: when to
@@ -177,6 +185,9 @@ type coordMachine struct {
 	finalWanted  bool
 	finalStarted bool
 	active       int // sources still reading
+	// gated: the sources have cut gates; atCut: they are all open (no
+	// checkpoint was triggered since coordAtCut).
+	gated, atCut bool
 }
 
 func newCoordMachine(cfg coordConfig) *coordMachine {
@@ -192,9 +203,11 @@ func (m *coordMachine) wake() (time.Time, bool) {
 	return m.nextPeriodic()
 }
 
-// nextPeriodic returns when the next periodic checkpoint is due.
+// nextPeriodic returns when the next periodic checkpoint is due: never
+// while gated sources are not at a cut (coordAtCut tells when they are),
+// nor once the final one is wanted (it goes first).
 func (m *coordMachine) nextPeriodic() (time.Time, bool) {
-	if m.cfg.checkpoint.Interval <= 0 || m.pending != nil || m.finalStarted {
+	if m.cfg.checkpoint.Interval <= 0 || m.pending != nil || m.finalWanted || !m.cutReady() {
 		return time.Time{}, false
 	}
 	at := m.lastTrigger.Add(m.cfg.checkpoint.Interval)
@@ -209,6 +222,7 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 	var acts []coordAction
 	switch ev.kind {
 	case coordStart:
+		m.gated = ev.gated
 		if m.cfg.initial {
 			acts = m.trigger(acts, ev.now, false)
 		}
@@ -216,6 +230,11 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 		if p := m.pending; p != nil && !ev.now.Before(p.deadline) {
 			acts = m.abort(acts, ev.now, causeTimeout, fmt.Errorf("timed out after %s", m.cfg.checkpoint.Timeout))
 		}
+		if at, ok := m.nextPeriodic(); ok && !ev.now.Before(at) {
+			acts = m.trigger(acts, ev.now, false)
+		}
+	case coordAtCut:
+		m.atCut = true
 		if at, ok := m.nextPeriodic(); ok && !ev.now.Before(at) {
 			acts = m.trigger(acts, ev.now, false)
 		}
@@ -232,6 +251,8 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 	case coordTriggerFailed:
 		if m.isPending(ev.id) {
 			final := m.pending.barrier.Final
+			// No source saw the barrier: those at a cut are still there.
+			m.atCut = m.atCut || m.pending.cut
 			m.pending = nil
 			m.lastEnd = ev.now
 			if final || (m.cfg.initial && ev.id == m.cfg.next) {
@@ -264,11 +285,14 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 		}
 		return acts
 	}
-	if m.finalWanted && m.pending == nil && !m.finalStarted {
+	if m.finalWanted && m.pending == nil && !m.finalStarted && m.cutReady() {
 		acts = m.trigger(acts, ev.now, true)
 	}
 	return acts
 }
+
+// cutReady reports whether a checkpoint may cut the sources' input now.
+func (m *coordMachine) cutReady() bool { return !m.gated || m.atCut }
 
 func (m *coordMachine) isPending(id barrier.CheckpointID) bool {
 	return m.pending != nil && m.pending.barrier.ID == id
@@ -282,7 +306,11 @@ func (m *coordMachine) trigger(acts []coordAction, now time.Time, final bool) []
 		m.finalStarted = true
 	}
 	b := barrier.Barrier{ID: id, Time: now, Final: final, Initial: m.cfg.initial && id == m.cfg.next}
-	m.pending = &inFlight{barrier: b, deadline: now.Add(m.cfg.checkpoint.Timeout), acked: map[int]bool{},
+	// Every trigger closes the gates (the driver closes them before the
+	// sources see the barrier).
+	cut := m.atCut
+	m.atCut = false
+	m.pending = &inFlight{barrier: b, deadline: now.Add(m.cfg.checkpoint.Timeout), acked: map[int]bool{}, cut: cut,
 		md: state.Metadata{Version: 1, Job: m.cfg.job, ID: id, Time: now, Final: final,
 			MaxParallelism: m.cfg.maxParallelism, Operators: map[string]state.OperatorSnapshot{}}}
 	return append(acts, coordAction{kind: actTrigger, barrier: b})

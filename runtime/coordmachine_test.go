@@ -15,7 +15,8 @@ import (
 // TestCoordMachine runs the scripts in testdata/coordinator. Commands:
 //
 //	new tasks=<n> sources=<n> [next=<id>] [initial] [interval=<d>] [min-pause=<d>] [timeout=<d>]
-//	start                          the attempt begins
+//	start [gated]                  the attempt begins (gated: its sources have cut gates)
+//	at-cut                         every cut gate opened
 //	tick                           a timer fired
 //	ack task=<i> id=<n> [bytes=<b>] task i (operator t<i>, one subtask) acks
 //	decline id=<n> err=<word> [cause=<abort cause>]
@@ -72,7 +73,9 @@ func TestCoordMachine(t *testing.T) {
 			case "state":
 				return formatCoordState(m, base)
 			case "start":
-				ev.kind = coordStart
+				ev.kind, ev.gated = coordStart, d.HasArg("gated")
+			case "at-cut":
+				ev.kind = coordAtCut
 			case "tick":
 				ev.kind = coordTick
 			case "ack":
@@ -158,5 +161,8 @@ func formatCoordState(m *coordMachine, base time.Time) string {
 		sb.WriteString("next periodic none\n")
 	}
 	fmt.Fprintf(&sb, "next id %d, sources active %d, final wanted %v, final started %v\n", m.nextID, m.active, m.finalWanted, m.finalStarted)
+	if m.gated {
+		fmt.Fprintf(&sb, "gated, at a cut %v\n", m.atCut)
+	}
 	return sb.String()
 }

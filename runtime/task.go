@@ -283,6 +283,11 @@ func (t *task) checkpoint(ctx context.Context, b barrier.Barrier, aligned time.D
 			})
 		}
 	}
+	if t.src != nil {
+		if g := t.ctxs[0].gate; g != nil {
+			g.snapshotted()
+		}
+	}
 	if err := t.emit(envelope{kind: evBarrier, barrier: b}); err != nil {
 		return err
 	}
