@@ -70,6 +70,14 @@ type Config struct {
 	// partition at each checkpoint (see Positions): for a source reading
 	// ebbflow changelogs, which upstream versions a checkpoint consumed.
 	Positions *Positions
+	// Align, if set, makes the source cut the job's checkpoints exactly at
+	// version boundaries of the ebbflow changelogs it reads (see
+	// Boundaries and docs/CONSISTENCY.md): it holds every partition at the
+	// end offsets of the next upstream version until every partition of
+	// every subtask reached them, then the checkpoint is taken there, and
+	// only then does it read on. Needs Topics (not TopicPattern), the
+	// earliest start, read_committed, and an unbounded source.
+	Align Boundaries
 }
 
 // ErrorPolicy says what happens to a record that cannot be decoded.
@@ -243,6 +251,18 @@ func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown error policy %d", cfg.OnDecodeError))
+	}
+	if cfg.Align != nil {
+		switch {
+		case cfg.TopicPattern != "":
+			errs = append(errs, errors.New("align needs Topics, not a TopicPattern"))
+		case cfg.Bounded:
+			errs = append(errs, errors.New("align: a bounded source cannot wait for versions"))
+		case cfg.ReadUncommitted:
+			errs = append(errs, errors.New("align needs read_committed"))
+		case cfg.Start.kind != startEarliest:
+			errs = append(errs, fmt.Errorf("align starts at the earliest offsets (the empty version), not %s", cfg.Start))
+		}
 	}
 	if cfg.EventTime != nil {
 		if err := cfg.EventTime.validate(); err != nil {

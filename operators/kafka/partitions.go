@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/state"
@@ -41,6 +44,12 @@ type partState struct {
 	done bool  // bounded: reached stop, no longer fetched
 	lag  prometheus.Gauge
 	wm   *watermark.Split // with event time
+	// aligned (Config.Align): the offset it holds at (reads nothing at or
+	// past it), the records fetched past it (the partition is paused while
+	// there are any) and since when.
+	hold      int64
+	held      []*kgo.Record
+	heldSince time.Time
 }
 
 // noStop is the stop offset of a partition of an unbounded source.

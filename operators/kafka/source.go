@@ -46,6 +46,7 @@ type Source[T any] struct {
 		sync.Mutex
 		live map[*reader[T]]struct{}
 	}
+	rounds alignRounds // with cfg.Align
 }
 
 // NewSource validates cfg and returns the source. format decodes the record
@@ -129,6 +130,8 @@ type reader[T any] struct {
 
 	wms   *watermark.Splits        // with EventTime: per partition
 	times map[topicPartition]int64 // restored: each partition's largest event time
+	al    *aligner                 // with Align
+	floor map[topicPartition]int64 // with Align: every partition's restored offset
 
 	disc   *discoverer
 	commit *committer
@@ -188,9 +191,17 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 		}
 	}()
 
+	if cfg.Align != nil {
+		if r.al, err = newAligner(ctx, &r.src.rounds, cfg.Topics, ctx.Registerer); err != nil {
+			return fmt.Errorf("kafka source: align: %w", err)
+		}
+	}
 	start, stops, err := r.startOffsets(ctx)
 	if err != nil {
 		return err
+	}
+	if r.al != nil {
+		r.src.rounds.begin(ctx.Attempt, r.floor)
 	}
 	from := make(map[string]map[int32]kgo.Offset)
 	for tp, off := range start {
@@ -216,6 +227,13 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	if cfg.Group != "" {
 		r.commit = newCommitter(r.adm, cfg.Group, r.warnLog)
 		r.goBackground(r.commit.run)
+	}
+	if r.al != nil {
+		r.goBackground(func(ctx context.Context) {
+			if err := cfg.Align.Follow(ctx, cfg.Topics, r.al.found); err != nil && ctx.Err() == nil {
+				r.al.fail(fmt.Errorf("kafka source: follow the versions of %v: %w", cfg.Topics, err))
+			}
+		})
 	}
 	r.src.mu.Lock()
 	r.src.mu.live[r] = struct{}{}
@@ -244,6 +262,7 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 			return nil, nil, err
 		}
 		r.times = all.times
+		r.floor = all.next
 		if all.ok {
 			if cfg.Positions != nil {
 				cfg.Positions.restored(ctx.Restored, all.next)
@@ -316,6 +335,9 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 func (r *reader[T]) addPart(tp topicPartition, next, stop int64, from map[string]map[int32]kgo.Offset) {
 	ps := &partState{tp: tp, next: next, stop: stop, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
 	r.parts[tp] = ps
+	if r.al != nil {
+		ps.hold = holdOf(r.al.target, ps)
+	}
 	if r.wms != nil {
 		restored, ok := r.times[tp]
 		if !ok {
@@ -343,6 +365,11 @@ func (r *reader[T]) addPart(tp topicPartition, next, stop int64, from map[string
 
 func (r *reader[T]) Read(buf []T) ([]T, error) {
 	r.addDiscovered()
+	if r.al != nil {
+		if err := r.alignStep(); err != nil {
+			return buf, err
+		}
+	}
 	if r.head == len(r.pending) {
 		if r.src.cfg.Bounded && r.reading == 0 {
 			return buf, io.EOF
@@ -364,6 +391,9 @@ func (r *reader[T]) Read(buf []T) ([]T, error) {
 		clear(r.pending)
 		r.pending, r.head = r.pending[:0], 0
 		r.finishReached()
+		if r.al != nil && r.atCut() {
+			r.al.gate.Open()
+		}
 	}
 	if nrec > 0 {
 		r.m.records.Add(float64(nrec))
@@ -459,6 +489,9 @@ func (r *reader[T]) poll() error {
 		recs := p.Records
 		if ps.stop != noStop {
 			recs = r.bound(ps, recs)
+		}
+		if r.al != nil {
+			recs = r.holdBack(ps, recs)
 		}
 		if len(recs) > 0 {
 			r.pending = append(r.pending, pendingPart{ps: ps, recs: recs})
@@ -578,7 +611,11 @@ func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, erro
 	if p := r.src.cfg.Positions; p != nil {
 		p.snapshot(id, r.parts)
 	}
-	return state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded, r.wms != nil)}}, nil
+	st := state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded, r.wms != nil)}}
+	if r.al != nil {
+		r.al.snapshot(id)
+	}
+	return st, nil
 }
 
 // NotifyComplete commits the offsets of checkpoint id (or of the latest
