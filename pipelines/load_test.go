@@ -49,7 +49,7 @@ func TestIssueExample(t *testing.T) {
 			Topics:     []string{"orders"}, Group: "revenue", Format: FormatJSON,
 			Schema:      []Field{{"user", agg.String}, {"region", agg.String}, {"amount", agg.Int64}, {"status", agg.String}},
 			StartOffset: "earliest", IsolationLevel: "read_committed", OnError: OnErrorSkip, FetchMaxBytes: 50 << 20,
-			Discovery: Duration(10 * time.Second),
+			Discovery: Duration(10 * time.Second), Align: AlignNone,
 		}}},
 		Transforms: []Transform{
 			{Filter: exprOf(`status == "PAID"`)},

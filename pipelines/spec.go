@@ -60,6 +60,7 @@ type KafkaSource struct {
 	DeadLetterTopic string      `yaml:"dead_letter_topic" doc:"where on_error: dead_letter sends failed records, with the error in a header; required with dead_letter"`
 	FetchMaxBytes   Size        `yaml:"fetch_max_bytes" default:"50MiB" min:"1KiB" doc:"the most bytes one fetch may return"`
 	EventTime       *EventTime  `yaml:"event_time" doc:"assign event time to the records and emit watermarks per partition (docs/EVENT_TIME.md); absent: no event time"`
+	Align           Align       `yaml:"align" default:"none" doc:"for a changelog format: versions cuts the job's checkpoints exactly at the version boundaries of the upstream tables (docs/CONSISTENCY.md): each partition holds at the end offsets of the next upstream version until every partition reached them, then the checkpoint goes through; needs topics, start_offset earliest, read_committed, not bounded"`
 }
 
 // EventTime is where a source's records take their event time from and how

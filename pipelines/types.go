@@ -157,6 +157,8 @@ type (
 	EmitMode string
 	// LatePolicy says what happens to a record whose window closed.
 	LatePolicy string
+	// Align says where a changelog source's checkpoints are cut.
+	Align string
 )
 
 // Changelog reports whether the format decodes changelog records (+I, -U,
@@ -195,6 +197,8 @@ const (
 	LateDrop       LatePolicy = "drop"
 	LateDeadLetter LatePolicy = "dead_letter"
 	LateUpdate     LatePolicy = "update"
+	AlignNone      Align      = "none"
+	AlignVersions  Align      = "versions"
 )
 
 func (Format) enumValues() []string {
@@ -213,3 +217,4 @@ func (LogLevel) enumValues() []string        { return []string{"debug", "info", 
 func (LogFormat) enumValues() []string       { return []string{"text", "json"} }
 func (EmitMode) enumValues() []string        { return []string{"updates", "final"} }
 func (LatePolicy) enumValues() []string      { return []string{"drop", "dead_letter", "update"} }
+func (Align) enumValues() []string           { return []string{"none", "versions"} }

@@ -36,6 +36,9 @@ func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 	case k.OnError != OnErrorDeadLetter && k.DeadLetterTopic != "":
 		v.fail(path+".dead_letter_topic", "is used only with on_error: dead_letter")
 	}
+	if k.Align == AlignVersions {
+		v.align(path, k)
+	}
 	ok := v.schemaFields(path+".schema", k.Schema)
 	if k.EventTime != nil {
 		v.eventTime(path+".event_time", k)
@@ -60,6 +63,23 @@ func (v *validator) kafka(path string, k *KafkaSource) ([]Field, bool) {
 		}
 	}
 	return k.Schema, ok
+}
+
+// align checks a source with align: versions: it reads ebbflow changelogs
+// by name, from the empty version, whole transactions only, for good.
+func (v *validator) align(path string, k *KafkaSource) {
+	switch {
+	case !k.Format.Changelog():
+		v.fail(path+".align", "align: versions is for a changelog (format upsert-json or debezium-json), not format %s", k.Format)
+	case k.TopicPattern != "":
+		v.fail(path+".align", "align: versions needs topics by name, not a topic_pattern")
+	case k.Bounded:
+		v.fail(path+".align", "align: versions waits for the upstream's versions: not with bounded: true")
+	case k.IsolationLevel != "read_committed":
+		v.fail(path+".align", "align: versions reads versions whole: it needs isolation_level read_committed")
+	case k.StartOffset != "earliest":
+		v.fail(path+".align", "align: versions starts at the empty version: it needs start_offset earliest, not %s", k.StartOffset)
+	}
 }
 
 // schemaFields checks declared fields: identifiers, of a type a record can

@@ -14,7 +14,8 @@ import (
 
 // changelogSource adds a Kafka source reading a changelog (format
 // upsert-json or debezium-json), with the tracker of the upstream versions
-// it consumes (Env.upstream), and returns its exact changes: upsert-json
+// it consumes (Env.upstream) and, with align: versions, the boundaries of
+// those versions, and returns its exact changes: upsert-json
 // records do not say what they replace, so they go through
 // kafka.NormalizeChanges ("<source>-normalize"), which keeps the last row
 // of every record key in checkpointed keyed state and derives -U and -D.
@@ -36,6 +37,12 @@ func (e *Env) changelogSource(j *Job, name string, k *pipelines.KafkaSource) (ru
 		return runtime.Stream[kafka.Change]{}, nil, err
 	}
 	e.addUpstream(j.Name(), name, up)
+	if k.Align == pipelines.AlignVersions {
+		// The checkpoints are cut where the upstream versions end.
+		if cfg.Align, err = export.NewVersionBoundaries(cfg.Connection, nil); err != nil {
+			return runtime.Stream[kafka.Change]{}, nil, err
+		}
+	}
 	ks, err := kafka.NewSource(cfg, format.Decoder())
 	if err != nil {
 		return runtime.Stream[kafka.Change]{}, nil, err

@@ -81,18 +81,28 @@ func replayTopic(t *testing.T, recs []*kgo.Record, ends []int64) map[string]map[
 	return rows
 }
 
-// TestChainedVersions runs A → B in one runner (kfake, or the real Kafka
-// of EBBFLOW_KAFKA_BROKERS) while orders arrive. Each version of B names
-// the version of A that B's checkpoint had consumed completely: B's
-// positions at that checkpoint are at or past its end offsets, and not
-// past those of the next version that holds more. At the end B's last version names A's last,
-// and B's content at it is the aggregate of A's content at A's.
-func TestChainedVersions(t *testing.T) {
+// chainRun is what runChain leaves for the checks: both tables' versions,
+// B's positions at its checkpoints, and where to read the changelogs.
+type chainRun struct {
+	brokers        []string
+	aTopic, bTopic string
+	as, bs         []export.Version
+	positions      *kafka.Positions // of B's source
+}
+
+// runChain runs the jobs of spec (chainJobs, or a variant) in one runner
+// (kfake, or the real Kafka of EBBFLOW_KAFKA_BROKERS) while 60 batches of
+// perBatch orders of users users arrive, until B's last version names a
+// version of A with the end offsets of A's last (A goes on publishing
+// versions that hold what the last one holds, one a checkpoint), then
+// stops them.
+func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
+	t.Helper()
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopic(t, brokers, 2)
 	aTopic, bTopic := kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers)
 	ps, err := pipelines.Load([]pipelines.File{{Name: "chain.yaml",
-		Data: fmt.Appendf(nil, chainJobs, strings.Join(brokers, ","), in, aTopic, bTopic)}}, pipelines.Options{})
+		Data: fmt.Appendf(nil, spec, strings.Join(brokers, ","), in, aTopic, bTopic)}}, pipelines.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +124,14 @@ func TestChainedVersions(t *testing.T) {
 	regions := []string{"eu", "us", "asia"}
 	for batch := range 60 {
 		var recs []*kgo.Record
-		for i := range 40 {
-			u := (batch*7 + i*13) % 50
+		for i := range perBatch {
+			u := (batch*7 + i*13) % users
 			recs = append(recs, &kgo.Record{Topic: in, Value: fmt.Appendf(nil, `{"user":"u%d","region":%q,"amount":%d}`, u, regions[u%3], i%9+1)})
 		}
 		kafkatest.Produce(t, brokers, recs...)
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Wait until B's versions name A's last version.
+	// Wait until B's versions name A's last content.
 	conn := kafka.Connection{Brokers: brokers}
 	var as, bs []export.Version
 	deadline := time.Now().Add(60 * time.Second)
@@ -134,14 +144,16 @@ func TestChainedVersions(t *testing.T) {
 		}
 		if len(as) > 0 && len(bs) > 0 {
 			up := bs[len(bs)-1].Upstream
-			caught := len(up) == 1 && up[0].Version == as[len(as)-1].Version
+			caught := len(up) == 1 && slices.ContainsFunc(as, func(v export.Version) bool {
+				return v.Version == up[0].Version && slices.Equal(v.EndOffsets, as[len(as)-1].EndOffsets)
+			})
 			a, _ := e.Table("user_totals")
 			if caught && e.ExportsCaughtUp() && as[len(as)-1].Writers[0].Checkpoint == a.Writers()[0].Checkpoint {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("B's versions do not reach A's last: A %d versions, B's last %+v", len(as), bs[len(bs)-1])
+			t.Fatalf("B's versions do not reach A's last: A %d versions, B %d", len(as), len(bs))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -153,14 +165,29 @@ func TestChainedVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
 	e.ups.mu.Lock()
 	srcs := slices.Collect(maps.Values(e.ups.mu.byJob["regions"]))
 	e.ups.mu.Unlock()
 	if len(srcs) != 1 {
 		t.Fatalf("job regions has %d upstream trackers, want 1", len(srcs))
 	}
-	positions := srcs[0].Positions()
+	cancel()
+	if err := <-exported; err != nil {
+		t.Fatal(err)
+	}
+	return chainRun{brokers: brokers, aTopic: aTopic, bTopic: bTopic, as: as, bs: bs, positions: srcs[0].Positions()}
+}
+
+// TestChainedVersions runs A → B (runChain). Each version of B names
+// the version of A that B's checkpoint had consumed completely: B's
+// positions at that checkpoint are at or past its end offsets, and not
+// past those of the next version that holds more. At the end B's last
+// version names one with A's last content, and B's content at it is the
+// aggregate of A's content there.
+func TestChainedVersions(t *testing.T) {
+	run := runChain(t, chainJobs, 50, 40)
+	as, bs, aTopic, brokers, bTopic := run.as, run.bs, run.aTopic, run.brokers, run.bTopic
+	positions := run.positions
 	byNumber := map[uint64]*export.Version{}
 	for i := range as {
 		byNumber[as[i].Version] = &as[i]
@@ -211,22 +238,29 @@ func TestChainedVersions(t *testing.T) {
 	}
 
 	// B's content at its last version is the aggregate of A's at A's last.
-	aRows := replayTopic(t, kafkatest.ConsumeAll(t, brokers, aTopic), as[len(as)-1].EndOffsets)
-	bRows := replayTopic(t, kafkatest.ConsumeAll(t, brokers, bTopic), bs[len(bs)-1].EndOffsets)
+	want := regionAggregate(replayTopic(t, kafkatest.ConsumeAll(t, brokers, aTopic), as[len(as)-1].EndOffsets))
+	got := regionRows(replayTopic(t, kafkatest.ConsumeAll(t, brokers, bTopic), bs[len(bs)-1].EndOffsets))
+	if !maps.Equal(got, want) {
+		t.Fatalf("B at version %d: %v; the aggregate of A at version %d: %v", bs[len(bs)-1].Version, got, as[len(as)-1].Version, want)
+	}
+}
+
+// regionAggregate is what B computes from A's rows (the plain model): per
+// region, the sum of the users' totals and the number of users.
+func regionAggregate(aRows map[string]map[string]any) map[string][2]float64 {
 	want := map[string][2]float64{}
 	for _, r := range aRows {
 		s := want[r["region"].(string)]
 		want[r["region"].(string)] = [2]float64{s[0] + r["total"].(float64), s[1] + 1}
 	}
+	return want
+}
+
+// regionRows reads B's rows as regionAggregate makes them.
+func regionRows(bRows map[string]map[string]any) map[string][2]float64 {
 	got := map[string][2]float64{}
 	for _, r := range bRows {
 		got[r["region"].(string)] = [2]float64{r["total"].(float64), r["users"].(float64)}
 	}
-	if !maps.Equal(got, want) {
-		t.Fatalf("B at version %d: %v; the aggregate of A at version %d: %v", bs[len(bs)-1].Version, got, as[len(as)-1].Version, want)
-	}
-	cancel()
-	if err := <-exported; err != nil {
-		t.Fatal(err)
-	}
+	return got
 }
