@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"cmp"
+	"encoding/json"
 	"slices"
 	"testing"
 
@@ -90,4 +91,33 @@ func ConsumeAll(t testing.TB, brokers []string, topic string) []*kgo.Record {
 		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
 	})
 	return recs
+}
+
+// Replay materialises an ebbflow changelog (format upsert-json, or
+// debezium-json with debezium set) from its records up to end offsets
+// (per partition, the offset past the last record to apply; a partition
+// without one applies nothing): record key → the row after the last change.
+func Replay(t testing.TB, recs []*kgo.Record, ends []int64, debezium bool) map[string]map[string]any {
+	t.Helper()
+	rows := map[string]map[string]any{}
+	for _, r := range recs {
+		if int(r.Partition) >= len(ends) || r.Offset >= ends[r.Partition] || debezium && r.Value == nil {
+			continue // past the ends, or the tombstone after a Debezium delete
+		}
+		var row map[string]any
+		if r.Value != nil {
+			if err := json.Unmarshal(r.Value, &row); err != nil {
+				t.Fatalf("kafkatest: replay %s/%d offset %d: %v", r.Topic, r.Partition, r.Offset, err)
+			}
+		}
+		if debezium {
+			row, _ = row["after"].(map[string]any)
+		}
+		if row == nil {
+			delete(rows, string(r.Key))
+			continue
+		}
+		rows[string(r.Key)] = row
+	}
+	return rows
 }

@@ -63,8 +63,8 @@ func misaligned(t *testing.T, run chainRun) []string {
 		default:
 			t.Fatalf("B's version %d names %d upstream versions: %+v", v.Version, len(v.Upstream), v.Upstream)
 		}
-		want := regionAggregate(replayTopic(t, aLog, ends))
-		got := regionRows(replayTopic(t, bLog, v.EndOffsets))
+		want := regionAggregate(kafkatest.Replay(t, aLog, ends, false))
+		got := regionRows(kafkatest.Replay(t, bLog, v.EndOffsets, false))
 		if !maps.Equal(got, want) {
 			bad = append(bad, fmt.Sprintf("B's version %d (upstream %+v): %v, the aggregate of A there: %v", v.Version, v.Upstream, got, want))
 			continue

@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -58,28 +57,6 @@ sink:
     changelog: {topic: %[4]s}
 checkpoint: {interval: 50ms}
 `
-
-// replayTopic reads a changelog (upsert-json) up to a version's end
-// offsets: record key → row.
-func replayTopic(t *testing.T, recs []*kgo.Record, ends []int64) map[string]map[string]any {
-	t.Helper()
-	rows := map[string]map[string]any{}
-	for _, r := range recs {
-		if int(r.Partition) >= len(ends) || r.Offset >= ends[r.Partition] {
-			continue
-		}
-		if r.Value == nil {
-			delete(rows, string(r.Key))
-			continue
-		}
-		var row map[string]any
-		if err := json.Unmarshal(r.Value, &row); err != nil {
-			t.Fatal(err)
-		}
-		rows[string(r.Key)] = row
-	}
-	return rows
-}
 
 // chainRun is what runChain leaves for the checks: both tables' versions,
 // B's positions at its checkpoints, and where to read the changelogs.
@@ -238,8 +215,8 @@ func TestChainedVersions(t *testing.T) {
 	}
 
 	// B's content at its last version is the aggregate of A's at A's last.
-	want := regionAggregate(replayTopic(t, kafkatest.ConsumeAll(t, brokers, aTopic), as[len(as)-1].EndOffsets))
-	got := regionRows(replayTopic(t, kafkatest.ConsumeAll(t, brokers, bTopic), bs[len(bs)-1].EndOffsets))
+	want := regionAggregate(kafkatest.Replay(t, kafkatest.ConsumeAll(t, brokers, aTopic), as[len(as)-1].EndOffsets, false))
+	got := regionRows(kafkatest.Replay(t, kafkatest.ConsumeAll(t, brokers, bTopic), bs[len(bs)-1].EndOffsets, false))
 	if !maps.Equal(got, want) {
 		t.Fatalf("B at version %d: %v; the aggregate of A at version %d: %v", bs[len(bs)-1].Version, got, as[len(as)-1].Version, want)
 	}
