@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
@@ -132,6 +134,26 @@ func TestAlignedVersions(t *testing.T) {
 	if len(named) < 5 {
 		t.Fatalf("B's versions name only %d of A's versions", len(named))
 	}
+	// The holds are measured: a partition held with records past its
+	// boundary is observed when the checkpoint there releases it.
+	mfs, err := run.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holds uint64
+	var held float64
+	for _, mf := range mfs {
+		if mf.GetName() == "ebbflow_alignment_hold_seconds" {
+			for _, m := range mf.GetMetric() {
+				holds += m.GetHistogram().GetSampleCount()
+				held += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	t.Logf("ebbflow_alignment_hold_seconds: %d holds, %.3f s in all", holds, held)
+	if holds == 0 {
+		t.Fatal("ebbflow_alignment_hold_seconds observed no hold")
+	}
 }
 
 // TestUnalignedVersionsBite: without align the same check fails: B's
@@ -143,4 +165,92 @@ func TestUnalignedVersionsBite(t *testing.T) {
 		t.Fatalf("all of B's %d versions are exactly versions of A without align", len(run.bs))
 	}
 	t.Logf("%d of B's %d versions and its checkpoints are not exactly at a version of A, e.g. %s", len(bad), len(run.bs), bad[0])
+}
+
+// unionJobs: A (users) and A2 (users2) total the same orders into two
+// tables; B, aligned on the versions of both, totals the union of their
+// changelogs per region.
+const unionJobs = `
+job: {name: users, parallelism: 2}
+source:
+  kafka: {brokers: [%[1]s], topics: [%[2]s], format: json, schema: {user: string, region: string, amount: int64}}
+sink:
+  table:
+    name: user_totals
+    primary_key: [user]
+    buckets: 4
+    columns: {region: {agg: last_value}, total: {agg: sum, from: amount}}
+    changelog: {topic: %[3]s}
+checkpoint: {interval: 10ms}
+---
+job: {name: users2}
+source:
+  kafka: {brokers: [%[1]s], topics: [%[2]s], format: json, schema: {user: string, region: string, amount: int64}}
+sink:
+  table:
+    name: user_totals2
+    primary_key: [user]
+    buckets: 3
+    columns: {region: {agg: last_value}, total: {agg: sum, from: amount}}
+    changelog: {topic: %[5]s}
+checkpoint: {interval: 25ms}
+---
+job: {name: regions, parallelism: 2}
+source:
+  - kafka: {brokers: [%[1]s], topics: [%[3]s], format: upsert-json, align: versions, fetch_max_bytes: 1KiB, schema: {user: string, region: string, total: int64}}
+  - kafka: {brokers: [%[1]s], topics: [%[5]s], format: upsert-json, align: versions, fetch_max_bytes: 1KiB, schema: {user: string, region: string, total: int64}}
+sink:
+  table:
+    name: region_totals
+    primary_key: [region]
+    buckets: 2
+    columns:
+      total: {agg: sum}
+      users: {agg: count}
+    changelog: {topic: %[4]s}
+checkpoint: {interval: 10ms}
+`
+
+// TestAlignedUnion: B reads the union of two upstream tables' changelogs,
+// aligned on both. Every version of B names the pair of upstream versions
+// it holds, and B's rows there are the sum of the aggregates of both
+// tables at exactly those versions.
+func TestAlignedUnion(t *testing.T) {
+	run := runChain(t, unionJobs, alignUsers, alignOrders)
+	logs := map[string][]*kgo.Record{}
+	ends := map[string]map[uint64][]int64{}
+	for topic, vs := range map[string][]export.Version{run.aTopic: run.as, run.a2Topic: run.a2s} {
+		logs[topic] = kafkatest.ConsumeAll(t, run.brokers, topic)
+		ends[topic] = map[uint64][]int64{}
+		for _, v := range vs {
+			ends[topic][v.Version] = v.EndOffsets
+		}
+	}
+	bLog := kafkatest.ConsumeAll(t, run.brokers, run.bTopic)
+	pairs := 0
+	for _, v := range run.bs {
+		want := map[string][2]float64{}
+		seen := map[string]bool{}
+		for _, up := range v.Upstream {
+			e, ok := ends[up.Topic][up.Version]
+			if !ok || seen[up.Topic] {
+				t.Fatalf("B's version %d names %+v: not a version of an upstream table, or a second one of it", v.Version, v.Upstream)
+			}
+			seen[up.Topic] = true
+			for region, s := range regionAggregate(kafkatest.Replay(t, logs[up.Topic], e, false)) {
+				w := want[region]
+				want[region] = [2]float64{w[0] + s[0], w[1] + s[1]}
+			}
+		}
+		if len(v.Upstream) == 2 {
+			pairs++
+		}
+		if got := regionRows(kafkatest.Replay(t, bLog, v.EndOffsets, false)); !maps.Equal(got, want) {
+			t.Fatalf("B's version %d (upstream %+v): %v; the aggregates of its upstream versions: %v", v.Version, v.Upstream, got, want)
+		}
+	}
+	t.Logf("A: %d versions, A2: %d; B: %d versions, %d naming a pair", len(run.as), len(run.a2s), len(run.bs), pairs)
+	if pairs < 5 {
+		t.Fatalf("only %d of B's versions name both upstream tables", pairs)
+	}
 }

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
@@ -58,32 +60,35 @@ sink:
 checkpoint: {interval: 50ms}
 `
 
-// chainRun is what runChain leaves for the checks: both tables' versions,
+// chainRun is what runChain leaves for the checks: the tables' versions,
 // B's positions at its checkpoints, and where to read the changelogs.
 type chainRun struct {
-	brokers        []string
-	aTopic, bTopic string
-	as, bs         []export.Version
-	positions      *kafka.Positions // of B's source
+	brokers                 []string
+	aTopic, a2Topic, bTopic string
+	as, a2s, bs             []export.Version // a2s: of the table on a2Topic, if any
+	positions               *kafka.Positions // of B's source (nil: B has several)
+	reg                     *prometheus.Registry
 }
 
-// runChain runs the jobs of spec (chainJobs, or a variant) in one runner
-// (kfake, or the real Kafka of EBBFLOW_KAFKA_BROKERS) while 60 batches of
-// perBatch orders of users users arrive, until B's last version names a
-// version of A with the end offsets of A's last (A goes on publishing
-// versions that hold what the last one holds, one a checkpoint), then
-// stops them.
+// runChain runs the jobs of spec (chainJobs, or a variant; a second
+// upstream table may take the changelog topic %[5]s) in one runner (kfake,
+// or the real Kafka of EBBFLOW_KAFKA_BROKERS) while 60 batches of perBatch
+// orders of users users arrive, until B's last version names, of every
+// upstream table, a version with the end offsets of its last (an upstream
+// goes on publishing versions that hold what the last one holds, one a
+// checkpoint), then stops them.
 func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 	t.Helper()
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopic(t, brokers, 2)
-	aTopic, bTopic := kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers)
+	aTopic, bTopic, a2Topic := kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers), kafkatest.TopicName(t, brokers)
 	ps, err := pipelines.Load([]pipelines.File{{Name: "chain.yaml",
-		Data: fmt.Appendf(nil, spec, strings.Join(brokers, ","), in, aTopic, bTopic)}}, pipelines.Options{})
+		Data: fmt.Appendf(nil, spec, strings.Join(brokers, ","), in, aTopic, bTopic, a2Topic)}}, pipelines.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEnv(Options{DataDir: t.TempDir(), Logger: testLogger()})
+	reg := prometheus.NewRegistry()
+	e := NewEnv(Options{DataDir: t.TempDir(), Logger: testLogger(), Registerer: reg})
 	if err := e.OpenTables(ps); err != nil {
 		t.Fatal(err)
 	}
@@ -108,22 +113,34 @@ func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 		kafkatest.Produce(t, brokers, recs...)
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Wait until B's versions name A's last content.
+	// Wait until B's versions name its upstreams' last content.
 	conn := kafka.Connection{Brokers: brokers}
-	var as, bs []export.Version
+	two := strings.Contains(spec, "%[5]s")
+	var as, a2s, bs []export.Version
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if as, err = export.ReadVersions(ctx, conn, aTopic+".versions"); err != nil {
 			t.Fatal(err)
 		}
+		if two {
+			if a2s, err = export.ReadVersions(ctx, conn, a2Topic+".versions"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if bs, err = export.ReadVersions(ctx, conn, bTopic+".versions"); err != nil {
 			t.Fatal(err)
 		}
-		if len(as) > 0 && len(bs) > 0 {
+		if len(as) > 0 && len(bs) > 0 && (!two || len(a2s) > 0) {
 			up := bs[len(bs)-1].Upstream
-			caught := len(up) == 1 && slices.ContainsFunc(as, func(v export.Version) bool {
-				return v.Version == up[0].Version && slices.Equal(v.EndOffsets, as[len(as)-1].EndOffsets)
-			})
+			last := func(vs []export.Version, u changelogfmt.UpstreamVersion) bool {
+				return slices.ContainsFunc(vs, func(v export.Version) bool {
+					return v.Version == u.Version && v.Topic == u.Topic && slices.Equal(v.EndOffsets, vs[len(vs)-1].EndOffsets)
+				})
+			}
+			caught := len(up) == 1 && last(as, up[0])
+			if two {
+				caught = len(up) == 2 && (last(as, up[0]) && last(a2s, up[1]) || last(as, up[1]) && last(a2s, up[0]))
+			}
 			a, _ := e.Table("user_totals")
 			if caught && e.ExportsCaughtUp() && as[len(as)-1].Writers[0].Checkpoint == a.Writers()[0].Checkpoint {
 				break
@@ -145,14 +162,15 @@ func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 	e.ups.mu.Lock()
 	srcs := slices.Collect(maps.Values(e.ups.mu.byJob["regions"]))
 	e.ups.mu.Unlock()
-	if len(srcs) != 1 {
-		t.Fatalf("job regions has %d upstream trackers, want 1", len(srcs))
-	}
 	cancel()
 	if err := <-exported; err != nil {
 		t.Fatal(err)
 	}
-	return chainRun{brokers: brokers, aTopic: aTopic, bTopic: bTopic, as: as, bs: bs, positions: srcs[0].Positions()}
+	run := chainRun{brokers: brokers, aTopic: aTopic, a2Topic: a2Topic, bTopic: bTopic, as: as, a2s: a2s, bs: bs, reg: reg}
+	if len(srcs) == 1 {
+		run.positions = srcs[0].Positions()
+	}
+	return run
 }
 
 // TestChainedVersions runs A → B (runChain). Each version of B names
@@ -165,6 +183,9 @@ func TestChainedVersions(t *testing.T) {
 	run := runChain(t, chainJobs, 50, 40)
 	as, bs, aTopic, brokers, bTopic := run.as, run.bs, run.aTopic, run.brokers, run.bTopic
 	positions := run.positions
+	if positions == nil {
+		t.Fatal("job regions has not one upstream tracker")
+	}
 	byNumber := map[uint64]*export.Version{}
 	for i := range as {
 		byNumber[as[i].Version] = &as[i]
