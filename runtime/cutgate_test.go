@@ -106,8 +106,9 @@ func (s *cutSink) Close() error                              { return nil }
 // runCuts runs two cutSource subtasks into one cutSink, checkpointing every
 // 2 ms, until the sink saw 20 checkpoints, then stops the job (a final
 // checkpoint). It returns what the sink had got at each checkpoint
-// ([subtask 0's last, subtask 1's last, checkpoint id]).
-func runCuts(t *testing.T, gated bool) [][]int {
+// ([subtask 0's last, subtask 1's last, checkpoint id]) and the job's
+// status of its gates before the stop.
+func runCuts(t *testing.T, gated bool) ([][]int, *runtime.CutGateStatus) {
 	t.Helper()
 	var mu sync.Mutex
 	var seen [][]int
@@ -133,20 +134,24 @@ func runCuts(t *testing.T, gated bool) [][]int {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	gates := j.Status().CutGates
 	j.Stop()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return seen
+	return seen, gates
 }
 
 // TestCutGatesCutCheckpoints: with cut gates, every checkpoint (periodic
 // and the final one) has both source subtasks at the same cut, although
 // one reads faster and checkpoints are due far more often than cuts come.
 func TestCutGatesCutCheckpoints(t *testing.T) {
-	seen := runCuts(t, true)
+	seen, gates := runCuts(t, true)
+	if gates == nil || gates.Total != 2 || gates.Open > 2 {
+		t.Fatalf("status of the cut gates %+v, want 2 gates", gates)
+	}
 	for i, last := range seen {
 		if last[0] != last[1] || last[0]%50 != 0 {
 			t.Fatalf("checkpoint %d of %d cut the sources at %v, want both at the same multiple of 50", i, len(seen), last)
@@ -159,7 +164,10 @@ func TestCutGatesCutCheckpoints(t *testing.T) {
 
 // TestCutGatesBite: without gates the same sources are cut anywhere.
 func TestCutGatesBite(t *testing.T) {
-	seen := runCuts(t, false)
+	seen, gates := runCuts(t, false)
+	if gates != nil {
+		t.Fatalf("status of the cut gates %+v without any", gates)
+	}
 	for _, last := range seen {
 		if last[0] != last[1] || last[0]%50 != 0 {
 			return

@@ -276,6 +276,7 @@ func (a *attempt) run(parent context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.job.board.setCuts(a.coord.cuts)
 
 	if a.waitFirst {
 		// The initial checkpoint is triggered (start, below) before any

@@ -128,7 +128,14 @@ type JobStatus struct {
 	// since Run began.
 	Completed, Aborted int
 	Tasks              []TaskStatus // per subtask, in plan order (empty before Run)
+	// CutGates, for a job whose sources have cut gates (Context.CutGate),
+	// tells how many of them are open: while not all are, no checkpoint
+	// is triggered. Nil without gates.
+	CutGates *CutGateStatus
 }
+
+// CutGateStatus counts the cut gates of a running attempt.
+type CutGateStatus struct{ Open, Total int }
 
 // EventKind says what an Event reports.
 type EventKind uint8
@@ -230,6 +237,14 @@ type statusBoard struct {
 	st    JobStatus // Tasks unset
 	tasks []*taskStat
 	byCh  map[*chain][]*taskStat
+	cuts  *cutGates // of the current attempt
+}
+
+// setCuts makes the status count the gates of an attempt.
+func (b *statusBoard) setCuts(c *cutGates) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cuts = c
 }
 
 func newStatusBoard(name string, l Listener) *statusBoard {
@@ -296,7 +311,13 @@ func (b *statusBoard) status() JobStatus {
 	b.mu.Lock()
 	st := b.st
 	tasks := b.tasks
+	cuts := b.cuts
 	b.mu.Unlock()
+	if cuts != nil {
+		if open, total := cuts.count(); total > 0 {
+			st.CutGates = &CutGateStatus{Open: open, Total: total}
+		}
+	}
 	for _, p := range []**CheckpointInfo{&st.Restored, &st.LastCompleted, &st.InFlight, &st.LastAborted} {
 		if *p != nil {
 			c := **p
