@@ -22,7 +22,8 @@ import (
 // the end, every version B published, across all its lives, is derived from
 // exactly the version of A it names: B's table replayed to the version's
 // end offsets is the aggregate of A's table replayed to that version's;
-// and the versions of A that B's versions name never go back.
+// and the versions of A that B's versions name never go back. B's status
+// (API) counts its cut gates.
 func TestAbuseAlignedSIGKILL(t *testing.T) {
 	ch := newChain(t)
 	bLog := kafkatest.NewTopic(t, ch.brokers, 4) // region_stats' buckets
@@ -32,6 +33,14 @@ func TestAbuseAlignedSIGKILL(t *testing.T) {
 	ch.crash(3, 8)
 	if d := ch.settle(90 * time.Second); d != "" {
 		t.Fatalf("seed %d: %s", ch.seed, d)
+	}
+	// B's status counts the cut gates of its aligned source's 2 subtasks.
+	for _, r := range []*jobProc{ch.a, ch.b} {
+		var jobs []jobStatus
+		getJSON(t, "http://"+liveRunner(r.dir)+"/api/v1/jobs", &jobs)
+		if g := jobs[0].CutGates; (r == ch.b) != (g != nil) || g != nil && (g.Total != 2 || g.Open > 2) {
+			t.Fatalf("seed %d: runner %s: cut gates %+v", ch.seed, r.name, g)
+		}
 	}
 	ch.stop()
 	if d := ch.diff(); d != "" {

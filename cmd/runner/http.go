@@ -348,8 +348,15 @@ type jobStatus struct {
 	RestoredCheckpoint *uint64           `json:"restored_checkpoint,omitempty"`
 	LastCompleted      *checkpointStatus `json:"last_completed_checkpoint,omitempty"`
 	InFlight           *checkpointStatus `json:"checkpoint_in_flight,omitempty"`
+	CutGates           *cutGatesStatus   `json:"cut_gates,omitempty"`
 	Checkpoints        int               `json:"checkpoints_completed"`
 	Tasks              []taskInfo        `json:"tasks,omitempty"`
+}
+
+// cutGatesStatus is runtime.CutGateStatus: the gates of aligned sources.
+type cutGatesStatus struct {
+	Open  int `json:"open"`
+	Total int `json:"total"`
 }
 
 type failureInfo struct {
@@ -423,6 +430,9 @@ func (r *runner) status(j *build.Job) jobStatus {
 	}
 	if c := rs.InFlight; c != nil {
 		st.InFlight = &checkpointStatus{ID: uint64(c.ID), Final: c.Final, Triggered: c.Triggered, Waiting: c.Waiting}
+	}
+	if g := rs.CutGates; g != nil {
+		st.CutGates = &cutGatesStatus{Open: g.Open, Total: g.Total}
 	}
 	for _, t := range rs.Tasks {
 		st.Tasks = append(st.Tasks, taskInfo{Chain: t.Chain, Operators: t.Operators, Subtask: t.Subtask, Source: t.Source, State: string(t.State),
