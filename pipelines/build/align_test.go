@@ -14,14 +14,15 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
-// fastChain is chainJobs with both jobs checkpointing every 10 ms, A
-// writing with 2 subtasks (whose commits the exporter may find half done:
-// then it commits a transaction that ends no version), and B fetching 1 KiB
-// at a time (about one partition of a version a fetch), so that B's
-// checkpoints often come while it is reading a version of A. A's changelog
-// has 4 partitions, read by B's 2 subtasks.
+// fastChain is chainJobs with A writing with 2 subtasks (whose commits the
+// exporter may find half done: then it commits a transaction that ends no
+// version), and B checkpointing every 10 ms and fetching 1 KiB at a time
+// (about one partition of a version a fetch), so that B's checkpoints
+// often come while it is reading a version of A. A's changelog has 4
+// partitions, read by B's 2 subtasks.
 func fastChain(align bool) string {
-	spec := strings.ReplaceAll(chainJobs, "checkpoint: {interval: 50ms}", "checkpoint: {interval: 10ms}")
+	i := strings.LastIndex(chainJobs, "checkpoint: {interval: 50ms}")
+	spec := chainJobs[:i] + "checkpoint: {interval: 10ms}" + chainJobs[i+len("checkpoint: {interval: 50ms}"):]
 	spec = strings.Replace(spec, "job: {name: users}", "job: {name: users, parallelism: 2}", 1)
 	b := "format: upsert-json\n    fetch_max_bytes: 1KiB\n"
 	if align {
@@ -181,7 +182,7 @@ sink:
     buckets: 4
     columns: {region: {agg: last_value}, total: {agg: sum, from: amount}}
     changelog: {topic: %[3]s}
-checkpoint: {interval: 10ms}
+checkpoint: {interval: 50ms}
 ---
 job: {name: users2}
 source:
@@ -193,7 +194,7 @@ sink:
     buckets: 3
     columns: {region: {agg: last_value}, total: {agg: sum, from: amount}}
     changelog: {topic: %[5]s}
-checkpoint: {interval: 25ms}
+checkpoint: {interval: 70ms}
 ---
 job: {name: regions, parallelism: 2}
 source:

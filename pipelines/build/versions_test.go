@@ -17,6 +17,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
@@ -71,12 +72,13 @@ type chainRun struct {
 }
 
 // runChain runs the jobs of spec (chainJobs, or a variant; a second
-// upstream table may take the changelog topic %[5]s) in one runner (kfake,
-// or the real Kafka of EBBFLOW_KAFKA_BROKERS) while 60 batches of perBatch
-// orders of users users arrive, until B's last version names, of every
-// upstream table, a version with the end offsets of its last (an upstream
-// goes on publishing versions that hold what the last one holds, one a
-// checkpoint), then stops them.
+// upstream table, whose second column is the total too, may take the
+// changelog topic %[5]s) in one runner (kfake, or the real Kafka of
+// EBBFLOW_KAFKA_BROKERS) while 60 batches of perBatch orders of users
+// users arrive. Once the upstream tables hold every order, their jobs stop
+// (a final checkpoint, exported: their last versions are final); B runs on
+// until its last version names a version of each with its last one's end
+// offsets (one of the same content), then stops.
 func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 	t.Helper()
 	brokers := kafkatest.Brokers(t)
@@ -104,58 +106,84 @@ func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 		jobs, dones = append(jobs, j), append(dones, done)
 	}
 	regions := []string{"eu", "us", "asia"}
+	var amounts int64
 	for batch := range 60 {
 		var recs []*kgo.Record
 		for i := range perBatch {
 			u := (batch*7 + i*13) % users
 			recs = append(recs, &kgo.Record{Topic: in, Value: fmt.Appendf(nil, `{"user":"u%d","region":%q,"amount":%d}`, u, regions[u%3], i%9+1)})
+			amounts += int64(i%9 + 1)
 		}
 		kafkatest.Produce(t, brokers, recs...)
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Wait until B's versions name its upstreams' last content.
+	// The upstream jobs (all but regions) read every order, then stop with
+	// a final checkpoint; once it is exported, their last versions are
+	// final, and B catches up with them.
+	deadline := time.Now().Add(60 * time.Second)
+	waitUntil := func(what string, cond func() bool) {
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not so after 60 s: %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i, p := range ps {
+		if p.Spec.Job.Name == "regions" {
+			continue
+		}
+		name := p.Spec.Sinks[0].Table.Name
+		tab, _ := e.Table(name)
+		waitUntil("table "+name+" holds every order", func() bool {
+			var sum int64
+			if err := tab.Scan(func(r aggmerge.Row) error { sum += r.Values[1].Int(); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			return sum == amounts
+		})
+		jobs[i].Stop()
+		if err := <-dones[i]; err != nil {
+			t.Fatal(err)
+		}
+		dones[i] = nil
+	}
+	waitUntil("the upstream tables are exported", func() bool { return exportedUpstream(e, bTopic) })
 	conn := kafka.Connection{Brokers: brokers}
 	two := strings.Contains(spec, "%[5]s")
 	var as, a2s, bs []export.Version
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if as, err = export.ReadVersions(ctx, conn, aTopic+".versions"); err != nil {
+	if as, err = export.ReadVersions(ctx, conn, aTopic+".versions"); err != nil {
+		t.Fatal(err)
+	}
+	if two {
+		if a2s, err = export.ReadVersions(ctx, conn, a2Topic+".versions"); err != nil {
 			t.Fatal(err)
 		}
-		if two {
-			if a2s, err = export.ReadVersions(ctx, conn, a2Topic+".versions"); err != nil {
-				t.Fatal(err)
-			}
-		}
+	}
+	last := func(vs []export.Version, u changelogfmt.UpstreamVersion) bool {
+		return len(vs) > 0 && slices.ContainsFunc(vs, func(v export.Version) bool {
+			return v.Version == u.Version && v.Topic == u.Topic && slices.Equal(v.EndOffsets, vs[len(vs)-1].EndOffsets)
+		})
+	}
+	waitUntil("B's last version names its upstreams' last content", func() bool {
 		if bs, err = export.ReadVersions(ctx, conn, bTopic+".versions"); err != nil {
 			t.Fatal(err)
 		}
-		if len(as) > 0 && len(bs) > 0 && (!two || len(a2s) > 0) {
-			up := bs[len(bs)-1].Upstream
-			last := func(vs []export.Version, u changelogfmt.UpstreamVersion) bool {
-				return slices.ContainsFunc(vs, func(v export.Version) bool {
-					return v.Version == u.Version && v.Topic == u.Topic && slices.Equal(v.EndOffsets, vs[len(vs)-1].EndOffsets)
-				})
-			}
-			caught := len(up) == 1 && last(as, up[0])
-			if two {
-				caught = len(up) == 2 && (last(as, up[0]) && last(a2s, up[1]) || last(as, up[1]) && last(a2s, up[0]))
-			}
-			a, _ := e.Table("user_totals")
-			if caught && e.ExportsCaughtUp() && as[len(as)-1].Writers[0].Checkpoint == a.Writers()[0].Checkpoint {
-				break
-			}
+		if len(bs) == 0 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B's versions do not reach A's last: A %d versions, B %d", len(as), len(bs))
+		up := bs[len(bs)-1].Upstream
+		if two {
+			return len(up) == 2 && (last(as, up[0]) && last(a2s, up[1]) || last(as, up[1]) && last(a2s, up[0]))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, j := range jobs {
+		return len(up) == 1 && last(as, up[0])
+	})
+	for i, j := range jobs {
+		if dones[i] == nil {
+			continue
+		}
 		j.Stop()
-	}
-	for _, d := range dones {
-		if err := <-d; err != nil {
+		if err := <-dones[i]; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,6 +199,23 @@ func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 		run.positions = srcs[0].Positions()
 	}
 	return run
+}
+
+// exportedUpstream reports whether the exporters of every table but the
+// one on topic b exported their tables' logs to the end.
+func exportedUpstream(e *Env, b string) bool {
+	for _, ce := range e.exporters {
+		if ce.spec.Topic == b {
+			continue
+		}
+		done := ce.x.Exported()
+		for bucket, end := range ce.table.LogEnds() {
+			if done[bucket] < end {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // TestChainedVersions runs A → B (runChain). Each version of B names
