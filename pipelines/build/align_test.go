@@ -121,7 +121,7 @@ func positionsList(pos map[int32]int64, n int) []int64 {
 // A's versions (parallelism 2, 4 partitions): every version of B holds
 // exactly a version of A, not a record more or less, and says which.
 func TestAlignedVersions(t *testing.T) {
-	run := runChain(t, fastChain(true), alignUsers, alignOrders)
+	run := runChain(t, fastChain(true), alignUsers, alignOrders, true)
 	if bad := misaligned(t, run); len(bad) > 0 {
 		t.Fatalf("%d of B's %d versions are not exactly a version of A:\n%s", len(bad), len(run.bs), strings.Join(bad, "\n"))
 	}
@@ -160,7 +160,7 @@ func TestAlignedVersions(t *testing.T) {
 // TestUnalignedVersionsBite: without align the same check fails: B's
 // checkpoints cut A's versions in the middle.
 func TestUnalignedVersionsBite(t *testing.T) {
-	run := runChain(t, fastChain(false), alignUsers, alignOrders)
+	run := runChain(t, fastChain(false), alignUsers, alignOrders, true)
 	bad := misaligned(t, run)
 	if len(bad) == 0 {
 		t.Fatalf("all of B's %d versions are exactly versions of A without align", len(run.bs))
@@ -217,7 +217,7 @@ checkpoint: {interval: 10ms}
 // it holds, and B's rows there are the sum of the aggregates of both
 // tables at exactly those versions.
 func TestAlignedUnion(t *testing.T) {
-	run := runChain(t, unionJobs, alignUsers, alignOrders)
+	run := runChain(t, unionJobs, alignUsers, alignOrders, true)
 	logs := map[string][]*kgo.Record{}
 	ends := map[string]map[uint64][]int64{}
 	for topic, vs := range map[string][]export.Version{run.aTopic: run.as, run.a2Topic: run.a2s} {

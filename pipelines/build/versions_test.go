@@ -75,11 +75,13 @@ type chainRun struct {
 // upstream table, whose second column is the total too, may take the
 // changelog topic %[5]s) in one runner (kfake, or the real Kafka of
 // EBBFLOW_KAFKA_BROKERS) while 60 batches of perBatch orders of users
-// users arrive. Once the upstream tables hold every order, their jobs stop
-// (a final checkpoint, exported: their last versions are final); B runs on
-// until its last version names a version of each with its last one's end
-// offsets (one of the same content), then stops.
-func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
+// users arrive, until B's last version names a version of each upstream
+// table with its last one's end offsets (one of the same content), then
+// stops them. With stopUpstream the upstream jobs stop first, once their
+// tables hold every order (a final checkpoint, exported: their last
+// versions are final); else they run on, and the wait ends when A's last
+// version is of its current checkpoint and every export caught up.
+func runChain(t *testing.T, spec string, users, perBatch int, stopUpstream bool) chainRun {
 	t.Helper()
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopic(t, brokers, 2)
@@ -117,9 +119,6 @@ func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 		kafkatest.Produce(t, brokers, recs...)
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The upstream jobs (all but regions) read every order, then stop with
-	// a final checkpoint; once it is exported, their last versions are
-	// final, and B catches up with them.
 	deadline := time.Now().Add(60 * time.Second)
 	waitUntil := func(what string, cond func() bool) {
 		for !cond() {
@@ -129,54 +128,64 @@ func runChain(t *testing.T, spec string, users, perBatch int) chainRun {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for i, p := range ps {
-		if p.Spec.Job.Name == "regions" {
-			continue
-		}
-		name := p.Spec.Sinks[0].Table.Name
-		tab, _ := e.Table(name)
-		waitUntil("table "+name+" holds every order", func() bool {
-			var sum int64
-			if err := tab.Scan(func(r aggmerge.Row) error { sum += r.Values[1].Int(); return nil }); err != nil {
+	if stopUpstream {
+		// The upstream jobs (all but regions) read every order, then
+		// stop with a final checkpoint; once it is exported, their last
+		// versions are final.
+		for i, p := range ps {
+			if p.Spec.Job.Name == "regions" {
+				continue
+			}
+			name := p.Spec.Sinks[0].Table.Name
+			tab, _ := e.Table(name)
+			waitUntil("table "+name+" holds every order", func() bool {
+				var sum int64
+				if err := tab.Scan(func(r aggmerge.Row) error { sum += r.Values[1].Int(); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				return sum == amounts
+			})
+			jobs[i].Stop()
+			if err := <-dones[i]; err != nil {
 				t.Fatal(err)
 			}
-			return sum == amounts
-		})
-		jobs[i].Stop()
-		if err := <-dones[i]; err != nil {
-			t.Fatal(err)
+			dones[i] = nil
 		}
-		dones[i] = nil
 	}
-	waitUntil("the upstream tables are exported", func() bool { return exportedUpstream(e, bTopic) })
 	conn := kafka.Connection{Brokers: brokers}
 	two := strings.Contains(spec, "%[5]s")
 	var as, a2s, bs []export.Version
-	if as, err = export.ReadVersions(ctx, conn, aTopic+".versions"); err != nil {
-		t.Fatal(err)
-	}
-	if two {
-		if a2s, err = export.ReadVersions(ctx, conn, a2Topic+".versions"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	last := func(vs []export.Version, u changelogfmt.UpstreamVersion) bool {
 		return len(vs) > 0 && slices.ContainsFunc(vs, func(v export.Version) bool {
 			return v.Version == u.Version && v.Topic == u.Topic && slices.Equal(v.EndOffsets, vs[len(vs)-1].EndOffsets)
 		})
 	}
 	waitUntil("B's last version names its upstreams' last content", func() bool {
+		if as, err = export.ReadVersions(ctx, conn, aTopic+".versions"); err != nil {
+			t.Fatal(err)
+		}
+		if two {
+			if a2s, err = export.ReadVersions(ctx, conn, a2Topic+".versions"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if bs, err = export.ReadVersions(ctx, conn, bTopic+".versions"); err != nil {
 			t.Fatal(err)
 		}
-		if len(bs) == 0 {
+		if len(bs) == 0 || len(as) == 0 {
 			return false
 		}
 		up := bs[len(bs)-1].Upstream
+		caught := len(up) == 1 && last(as, up[0])
 		if two {
-			return len(up) == 2 && (last(as, up[0]) && last(a2s, up[1]) || last(as, up[1]) && last(a2s, up[0]))
+			caught = len(up) == 2 && (last(as, up[0]) && last(a2s, up[1]) || last(as, up[1]) && last(a2s, up[0]))
 		}
-		return len(up) == 1 && last(as, up[0])
+		if stopUpstream {
+			return caught && exportedUpstream(e, bTopic)
+		}
+		// A runs on: its last version must be its current checkpoint.
+		a, _ := e.Table("user_totals")
+		return caught && e.ExportsCaughtUp() && as[len(as)-1].Writers[0].Checkpoint == a.Writers()[0].Checkpoint
 	})
 	for i, j := range jobs {
 		if dones[i] == nil {
@@ -225,7 +234,7 @@ func exportedUpstream(e *Env, b string) bool {
 // version names one with A's last content, and B's content at it is the
 // aggregate of A's content there.
 func TestChainedVersions(t *testing.T) {
-	run := runChain(t, chainJobs, 50, 40)
+	run := runChain(t, chainJobs, 50, 40, false)
 	as, bs, aTopic, brokers, bTopic := run.as, run.bs, run.aTopic, run.brokers, run.bTopic
 	positions := run.positions
 	if positions == nil {
