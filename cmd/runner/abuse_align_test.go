@@ -85,7 +85,7 @@ func TestAbuseAlignedSIGKILL(t *testing.T) {
 		want := regionsOf(kafkatest.Replay(t, aRecs, ends, ch.format == export.DebeziumJSON))
 		got := map[string]regionSum{}
 		for _, r := range kafkatest.Replay(t, bRecs, v.EndOffsets, false) {
-			if s := (regionSum{total: num(r["total"]), users: num(r["users"])}); s != (regionSum{}) {
+			if s := (regionSum{total: jsonInt(r["total"]), users: jsonInt(r["users"])}); s != (regionSum{}) {
 				got[fmt.Sprint(r["region"])] = s // a region whose users all left is an empty group
 			}
 		}
@@ -105,9 +105,16 @@ func regionsOf(aRows map[string]map[string]any) map[string]regionSum {
 	want := map[string]regionSum{}
 	for _, r := range aRows {
 		s := want[fmt.Sprint(r["region"])]
-		s.total += num(r["total"])
+		s.total += jsonInt(r["total"])
 		s.users++
 		want[fmt.Sprint(r["region"])] = s
 	}
 	return want
+}
+
+// jsonInt reads an integer that encoding/json decoded as a float64 (num
+// would read 1.143353e+06 as 0).
+func jsonInt(v any) int64 {
+	f, _ := v.(float64)
+	return int64(f)
 }
