@@ -240,7 +240,7 @@ func (r *reader[T]) alignStep() error {
 	// found it): read it, or the cut would miss its part of the version.
 	from := make(map[string]map[int32]kgo.Offset)
 	for tp := range target {
-		if _, ok := r.parts[tp]; !ok && SubtaskFor(tp.topic, tp.partition, r.topics.par) == r.subtask {
+		if _, ok := r.parts[tp]; !ok && r.topics.reads(tp) {
 			r.addPart(tp, atEarliest, noStop, from)
 			r.log.Info("kafka source: partition of an upstream version, reading from the earliest offset", "topic", tp.topic, "partition", tp.partition)
 		}

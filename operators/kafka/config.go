@@ -76,7 +76,8 @@ type Config struct {
 	// end offsets of the next upstream version until every partition of
 	// every subtask reached them, then the checkpoint is taken there, and
 	// only then does it read on. Needs Topics (not TopicPattern), the
-	// earliest start, read_committed, and an unbounded source.
+	// earliest start, read_committed, an unbounded source, and every
+	// partition (no Partitions).
 	Align Boundaries
 }
 
@@ -262,6 +263,8 @@ func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
 			errs = append(errs, errors.New("align needs read_committed"))
 		case cfg.Start.kind != startEarliest:
 			errs = append(errs, fmt.Errorf("align starts at the earliest offsets (the empty version), not %s", cfg.Start))
+		case cfg.Partitions != nil:
+			errs = append(errs, errors.New("align needs every partition in this job: not with Partitions"))
 		}
 	}
 	if cfg.EventTime != nil {
