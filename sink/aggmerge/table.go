@@ -317,18 +317,26 @@ func (t *Table) Dir() string { return t.dir }
 // Sync makes every write applied so far durable (its log entries; the rows
 // they changed are stored soon after, in the background).
 func (t *Table) Sync() error {
+	_, err := t.SyncEnds()
+	return err
+}
+
+// SyncEnds is Sync, returning the log end of every bucket it made durable.
+// Another writer of the table may append while it syncs, so LogEnds read
+// after a Sync can be past what is durable: a checkpoint records these.
+func (t *Table) SyncEnds() ([]uint64, error) {
 	if err := t.checkOpen(); err != nil {
-		return err
+		return nil, err
 	}
 	ends := t.LogEnds() // before the WAL sync that makes them durable
 	if err := t.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("sync table %q: %w", t.dir, t.pebbleErr(err))
+		return nil, fmt.Errorf("sync table %q: %w", t.dir, t.pebbleErr(err))
 	}
 	if err := t.recordSynced(ends); err != nil {
-		return fmt.Errorf("sync table %q: record the synced log ends: %w", t.dir, err)
+		return nil, fmt.Errorf("sync table %q: record the synced log ends: %w", t.dir, err)
 	}
 	t.kickStorer()
-	return nil
+	return ends, nil
 }
 
 // checkOpen returns ErrClosed after Close, and the corruption pebble found

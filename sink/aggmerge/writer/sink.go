@@ -459,10 +459,10 @@ func (s *sink) Snapshot(id barrier.CheckpointID) (state.OperatorState, error) {
 	if err := s.applied(); err != nil {
 		return state.OperatorState{}, err
 	}
-	if err := s.table.Sync(); err != nil {
+	ends, err := s.table.SyncEnds()
+	if err != nil {
 		return state.OperatorState{}, err
 	}
-	ends := s.table.LogEnds()
 	base := make(map[int]uint64, len(s.owned))
 	for _, b := range s.owned {
 		base[b] = ends[b]
