@@ -88,7 +88,7 @@ sink:
 		`bad.yaml:11:9: source: needs one of kafka, datagen, words`,
 		`bad.yaml:11:10: source: unknown key "wrods" (did you mean "words"?)`,
 		`bad.yaml:18:21: transforms[0].suffix.field: no string field "n" before the step`,
-		`bad.yaml:19:5: transforms[1]: needs one of filter, map, drop, project, rename, suffix`,
+		`bad.yaml:19:5: transforms[1]: needs one of filter, map, drop, project, rename, dedupe, suffix`,
 		`bad.yaml:19:5: transforms[1]: unknown key "sufix" (did you mean "suffix"?)`,
 	}, "\n")
 	if got != want || len(errs) != 8 {
