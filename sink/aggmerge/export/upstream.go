@@ -63,6 +63,10 @@ func (r *versionsReader) catchUp(ctx context.Context, settle time.Duration) erro
 		err = hws.Error()
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// The client caches metadata (MetadataMinAge, 5s by default),
+		// also a topic's absence: forget it, so that the next call sees
+		// the topic once its first version created it.
+		r.cl.PurgeTopicsFromClient(r.topic)
 		return nil // no versions (yet), or none this principal may read
 	}
 	if err != nil {
