@@ -114,7 +114,10 @@ func TestEventTimeFieldAndIdlePartition(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, 3)
 	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic},
-		EventTime: &kafka.EventTime{MaxOutOfOrderness: bound, IdleTimeout: 2 * time.Second}}
+		// Idle after 5s: long enough that a loaded machine's pause in the
+		// beat below does not idle partition 1 (watermarks never go back,
+		// so one such pause would end the test at 40s).
+		EventTime: &kafka.EventTime{MaxOutOfOrderness: bound, IdleTimeout: 5 * time.Second}}
 	fieldTime := kafka.Timestamp(func(r *kgo.Record, _ operators.Event) (int64, error) {
 		v, err := fastjson.ParseBytes(r.Value)
 		if err != nil {
