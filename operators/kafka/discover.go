@@ -42,13 +42,14 @@ func (t *topics) matches(topic string) bool {
 }
 
 // owned lists the partitions, existing now, that the subtask reads. A named
-// topic that does not exist yet has none.
-func (t *topics) owned(ctx context.Context, adm *kadm.Client) (map[topicPartition]struct{}, error) {
+// topic that does not exist yet has none; missing reports whether there is
+// one.
+func (t *topics) owned(ctx context.Context, adm *kadm.Client) (found map[topicPartition]struct{}, missing bool, err error) {
 	details, err := adm.ListTopics(ctx, t.names...) // no names: every topic but internal ones
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		return nil, false, fmt.Errorf("list topics: %w", err)
 	}
-	found := make(map[topicPartition]struct{})
+	found = make(map[topicPartition]struct{})
 	for _, d := range details {
 		if !t.matches(d.Topic) {
 			continue
@@ -56,9 +57,10 @@ func (t *topics) owned(ctx context.Context, adm *kadm.Client) (map[topicPartitio
 		if d.Err != nil {
 			if errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
 				t.log.Debug("kafka source: topic does not exist (yet)", "topic", d.Topic)
+				missing = true
 				continue
 			}
-			return nil, fmt.Errorf("describe topic %q: %w", d.Topic, d.Err)
+			return nil, false, fmt.Errorf("describe topic %q: %w", d.Topic, d.Err)
 		}
 		for p := range d.Partitions {
 			if tp := (topicPartition{d.Topic, p}); t.reads(tp) {
@@ -66,7 +68,7 @@ func (t *topics) owned(ctx context.Context, adm *kadm.Client) (map[topicPartitio
 			}
 		}
 	}
-	return found, nil
+	return found, missing, nil
 }
 
 // resolveStart returns the exact start offset of every partition in tps for
@@ -179,7 +181,10 @@ func resolveStops(ctx context.Context, adm *kadm.Client, readCommitted bool, sta
 // discoverer looks for new partitions on its own goroutine, so that Read
 // never waits on metadata: once at the start (a restored subtask opens
 // from its checkpoint alone), then every interval unless that is negative.
-// It keeps only the latest set found.
+// While a named topic does not exist it looks sooner, from
+// missingTopicRetry doubling up to the interval: a job started before the
+// job that creates its topic (an upstream's changelog) reads it soon after
+// it exists. It keeps only the latest set found.
 type discoverer struct {
 	topics *topics
 	adm    *kadm.Client
@@ -193,36 +198,48 @@ type discoverer struct {
 }
 
 func (d *discoverer) run(ctx context.Context) {
-	d.discover(ctx)
+	missing := d.discover(ctx)
 	if d.every <= 0 {
 		return
 	}
-	t := time.NewTicker(d.every)
-	defer t.Stop()
+	retry := missingTopicRetry
 	for {
+		wait := d.every
+		if missing {
+			wait, retry = min(retry, d.every), retry*2
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
-			d.discover(ctx)
+			missing = d.discover(ctx)
 		}
 	}
 }
 
-func (d *discoverer) discover(ctx context.Context) {
+// missingTopicRetry is the first wait before a missing named topic is
+// looked for again.
+const missingTopicRetry = 100 * time.Millisecond
+
+// discover lists the partitions once; it reports whether a named topic is
+// missing.
+func (d *discoverer) discover(ctx context.Context) (missing bool) {
 	rctx, cancel := context.WithTimeout(ctx, max(d.every, defaultDiscoveryInterval))
-	found, err := d.topics.owned(rctx, d.adm)
+	found, missing, err := d.topics.owned(rctx, d.adm)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.warn("kafka source: partition discovery failed; retrying at the next interval", "error", err)
 		}
-		return
+		return false
 	}
 	d.mu.Lock()
 	d.mu.found = found
 	d.mu.Unlock()
 	d.fresh.Store(true)
+	return missing
 }
 
 // take returns the partitions found since the last take, if any.

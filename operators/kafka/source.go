@@ -299,7 +299,7 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 	defer cancel()
 	backoff := 100 * time.Millisecond
 	for {
-		owned, err := r.topics.owned(deadline, r.adm)
+		owned, _, err := r.topics.owned(deadline, r.adm)
 		var at map[topicPartition]int64
 		if err == nil && !restored {
 			at, err = resolveStart(deadline, r.adm, cfg.Start, cfg.Group, !cfg.ReadUncommitted, owned)

@@ -81,3 +81,24 @@ func TestDiscovery(t *testing.T) {
 	}
 	checkSeqs(t, runUntilCommitted(t, j, out, 300, grow), 300)
 }
+
+// TestNamedTopicCreatedLater starts a source on a named topic that does
+// not exist yet, with a discovery interval far longer than the test: the
+// topic, created after the open, is looked for again soon (a downstream
+// job started before its upstream's changelog exists reads it once it
+// does), not only at the next interval.
+func TestNamedTopicCreatedLater(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.TopicName(t, brokers)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	cfg := kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic},
+		DiscoveryInterval: time.Hour}
+	j := eventJob(t, dir, newSource(t, cfg, eventFormat), 2, 0)
+	create := func() {
+		time.Sleep(300 * time.Millisecond) // the source opened and found no topic
+		kafkatest.CreateTopic(t, brokers, topic, 2)
+		produceEvents(t, brokers, topic, 2, 0, 100)
+	}
+	checkSeqs(t, runUntilCommitted(t, j, out, 100, create), 100)
+}
