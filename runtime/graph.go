@@ -206,7 +206,8 @@ func FlatMap[In, Out any](s Stream[In], name string, f func(In, *Collector[Out])
 }
 
 // KeyBy partitions s by key. codec encodes keys for hashing and keyed state;
-// nil picks state.CodecFor[K]().
+// nil picks state.CodecFor[K](). key runs on every subtask of s at once,
+// so it must be safe for concurrent use (no buffer shared between calls).
 func KeyBy[K comparable, T any](s Stream[T], key func(T) K, codec state.Codec[K]) KeyedStream[K, T] {
 	if codec == nil {
 		codec = state.CodecFor[K]()

@@ -22,9 +22,9 @@ func dedupe(p *pipelines.Pipeline, in runtime.Stream[Row]) (runtime.Stream[Row],
 	for i, f := range d.Key {
 		types[i] = f.Type
 	}
-	var vals []agg.Value
+	// key runs on every upstream subtask at once: no buffer is shared.
 	key := func(r Row) string {
-		vals = vals[:0]
+		vals := make([]agg.Value, 0, len(d.Key))
 		for _, f := range d.Key {
 			v, _ := pipelines.AggValue(f.Type, r[f.Slot]) // checked by checkDedupe
 			vals = append(vals, v)
