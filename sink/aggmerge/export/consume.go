@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,8 +29,13 @@ type ReaderConfig struct {
 	// offset, exclusive, instead of its end: a version's EndOffsets, to
 	// read the table as of that version. The records before it must all
 	// be retained: a partition whose log start is past 0 is
-	// ErrPastRetention, one whose stable end is below it an error. Not
-	// with Follow.
+	// ErrPastRetention, one whose end is below it an error. One whose
+	// records reach it but whose stable end is below it (a transaction not
+	// decided yet for a read_committed reader) is waited for, until ctx is
+	// done: a version is visible in its versions topic once its
+	// transaction committed, and Kafka writes the commit markers to the
+	// changelog's partitions one at a time, so a reader may see the
+	// version a moment before its records. Not with Follow.
 	Until []int64
 }
 
@@ -73,14 +79,14 @@ func Read(ctx context.Context, cfg ReaderConfig, fn func(Change) error) error {
 	if cfg.Follow && cfg.Until != nil {
 		return fmt.Errorf("read changelog %q: Until and Follow together", cfg.Topic)
 	}
-	ends, err := stableEnds(ctx, conn, cfg.Topic)
+	var ends map[int32]int64
+	if cfg.Until != nil {
+		ends, err = untilEnds(ctx, conn, cfg.Topic, cfg.Until)
+	} else {
+		ends, err = stableEnds(ctx, conn, cfg.Topic)
+	}
 	if err != nil {
 		return err
-	}
-	if cfg.Until != nil {
-		if ends, err = untilEnds(ctx, conn, cfg.Topic, ends, cfg.Until); err != nil {
-			return err
-		}
 	}
 	from := map[int32]kgo.Offset{}
 	open := 0
@@ -176,28 +182,41 @@ func stableEnds(ctx context.Context, conn []kgo.Opt, topic string) (map[int32]in
 	return ends, nil
 }
 
+// untilPoll is how often untilEnds looks whether the transactions before
+// the offsets to read to are decided.
+const untilPoll = 10 * time.Millisecond
+
 // untilEnds checks that until (per partition) is within what the topic
-// retains and returns it as the ends to read to: ends are the partitions'
-// stable ends.
-func untilEnds(ctx context.Context, conn []kgo.Opt, topic string, ends map[int32]int64, until []int64) (map[int32]int64, error) {
+// retains, waits until every record before it is decided for a
+// read_committed reader (its stable end at or past it), and returns it as
+// the ends to read to.
+func untilEnds(ctx context.Context, conn []kgo.Opt, topic string, until []int64) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return nil, fmt.Errorf("read changelog %q: %w", topic, err)
 	}
 	defer cl.Close()
-	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read changelog %q: list start offsets: %w", topic, err)
 	}
+	hws, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = hws.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read changelog %q: list end offsets: %w", topic, err)
+	}
 	out := map[int32]int64{}
 	for i, u := range until {
 		p := int32(i)
-		end, ok := ends[p]
-		if !ok || end < u {
-			return nil, fmt.Errorf("read changelog %q: partition %d ends at offset %d, before the offset %d to read to (the topic was recreated?)", topic, p, end, u)
+		end, ok := hws.Lookup(topic, p)
+		if !ok || end.Offset < u {
+			return nil, fmt.Errorf("read changelog %q: partition %d ends at offset %d, before the offset %d to read to (the topic was recreated?)", topic, p, end.Offset, u)
 		}
 		if s, ok := starts.Lookup(topic, p); ok && s.Offset > 0 && u > 0 {
 			return nil, fmt.Errorf("read changelog %q: %w: partition %d starts at offset %d, its records before it are deleted, so the table cannot be rebuilt up to offset %d",
@@ -205,7 +224,31 @@ func untilEnds(ctx context.Context, conn []kgo.Opt, topic string, ends map[int32
 		}
 		out[p] = u
 	}
-	return out, nil
+	for {
+		lso, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = lso.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read changelog %q: list stable offsets: %w", topic, err)
+		}
+		behind, stable := -1, int64(0)
+		for i, u := range until {
+			if o, _ := lso.Lookup(topic, int32(i)); o.Offset < u {
+				behind, stable = i, o.Offset
+				break
+			}
+		}
+		if behind < 0 {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read changelog %q: partition %d: the records before offset %d are in a transaction not decided yet (stable end %d): %w",
+				topic, behind, until[behind], stable, ctx.Err())
+		case <-time.After(untilPoll):
+		}
+	}
 }
 
 // ReadTable reads a changelog topic up to its end (see Read) and returns

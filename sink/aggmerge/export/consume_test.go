@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -95,5 +97,57 @@ func TestReadBothFormatsAlike(t *testing.T) {
 	}
 	if len(got[0]) != want {
 		t.Fatalf("read %d changes, want %d", len(got[0]), want)
+	}
+}
+
+// TestReadUntilWaitsForItsTransaction reads a changelog up to offsets
+// whose records are written but whose transaction is not decided yet to a
+// read_committed reader: as after a version became visible, in its
+// versions topic, before the markers of its transaction reached every
+// changelog partition (Kafka writes them one partition at a time; seen on
+// a real broker, where a snapshot failed with "partition 2 ends at offset
+// 51, before the offset 240 to read to (the topic was recreated?)"). Read
+// must wait for the transaction and read the records once it commits, not
+// fail; Until past the records written is still an error at once.
+func TestReadUntilWaitsForItsTransaction(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 1)
+	txn := kafkatest.Client(t, brokers, kgo.TransactionalID(topic), kgo.DefaultProduceTopic(topic))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for i := range 3 {
+		recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, `{"k":"k%d"}`, i), Value: fmt.Appendf(nil, `{"k":"k%d","n":%d}`, i, i)})
+	}
+	if err := txn.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ReaderConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Until: []int64{3}}
+	if _, err := ReadTable(ctx, ReaderConfig{Kafka: cfg.Kafka, Topic: topic, Until: []int64{4}}); err == nil || !strings.Contains(err.Error(), "before the offset 4 to read to") {
+		t.Fatalf("read to offset 4 of 3 records: %v; want an error at once", err)
+	}
+	type result struct {
+		rows map[string]kafka.Row
+		err  error
+	}
+	read := make(chan result, 1)
+	go func() {
+		rows, err := ReadTable(ctx, cfg)
+		read <- result{rows, err}
+	}()
+	select {
+	case r := <-read:
+		t.Fatalf("read to offset 3 before the transaction was decided: %v, %v; want it to wait", r.rows, r.err)
+	case <-time.After(200 * time.Millisecond): // it waits (or has not begun: the commit then comes first)
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	r := <-read
+	if r.err != nil || len(r.rows) != 3 {
+		t.Fatalf("read to offset 3 once committed: %v, %v; want the 3 rows", r.rows, r.err)
 	}
 }
