@@ -3,6 +3,7 @@ package examples
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -18,6 +19,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
 // load reads a job file of this folder with overrides.
@@ -233,16 +235,20 @@ func TestLatency(t *testing.T) {
 }
 
 // TestChained runs job A (chained/a.yaml: totals per user, changelog
-// published) and job B (chained/b.yaml: A's changelog aggregated per
-// region) in one environment, as "runner run -f a.yaml -f b.yaml" does,
-// and checks A against its generator and B against the exact aggregate of
-// A's expected table. A runs at parallelism 1 so that the last region of
-// each user is the generator's.
+// published), job B (chained/b.yaml: A's changelog aggregated per region,
+// aligned on A's versions, changelog published) and job C (chained/c.yaml:
+// B's changelog added up into a grand total, aligned on B's versions) in
+// one environment, as "runner run -f a.yaml -f b.yaml -f c.yaml" does. It
+// checks A against its generator, B against the exact aggregate of A's
+// expected table and C against that of B's, in the tables and in a
+// consistent snapshot of the three (what `runner snapshot` reads). A runs at parallelism 1 so that the last region of each user is the
+// generator's.
 func TestChained(t *testing.T) {
 	const count = 3000
 	a := load(t, "chained/a.yaml", "job.parallelism=1", fmt.Sprintf("source.datagen.count=%d", count), "source.datagen.rate=0",
 		"source.datagen.kafka.brokers=[embedded]", "sink.table.changelog.brokers=[embedded]")
-	b := load(t, "chained/b.yaml", "source.kafka.brokers=[embedded]")
+	b := load(t, "chained/b.yaml", "source.kafka.brokers=[embedded]", "sink.table.changelog.brokers=[embedded]")
+	c := load(t, "chained/c.yaml", "source.kafka.brokers=[embedded]", "sink.table.changelog.brokers=[embedded]")
 	gen, err := a.NewGenerator(0)
 	if err != nil {
 		t.Fatal(err)
@@ -268,10 +274,16 @@ func TestChained(t *testing.T) {
 		g.users++
 		regions[u.region] = g
 	}
+	type grand struct{ total, users int64 }
+	var all grand
+	for _, g := range regions {
+		all = grand{all.total + g.total, all.users + g.users}
+	}
 
 	env := build.NewEnv(build.Options{DataDir: t.TempDir()})
 	t.Cleanup(func() { _ = env.Close() })
-	if err := env.OpenTables([]*pipelines.Pipeline{a, b}); err != nil {
+	jobFiles := []*pipelines.Pipeline{a, b, c}
+	if err := env.OpenTables(jobFiles); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -283,9 +295,9 @@ func TestChained(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	done := make(chan error, 2)
+	done := make(chan error, len(jobFiles))
 	var jobs []*build.Job
-	for _, p := range []*pipelines.Pipeline{a, b} {
+	for _, p := range jobFiles {
 		j, err := env.Build(p, runtime.RestoreLatest)
 		if err != nil {
 			t.Fatal(err)
@@ -293,27 +305,63 @@ func TestChained(t *testing.T) {
 		jobs = append(jobs, j)
 		go func() { done <- j.Run(ctx) }()
 	}
-	check := func() string {
-		for name, got := range scan(t, env, "user_totals") {
-			v := got.Values
+	// check compares the three tables' rows (by their key's first column)
+	// with the expected ones.
+	check := func(a, b, c map[string][]agg.Value) string {
+		if len(a) != len(users) {
+			return fmt.Sprintf("%d users, want %d", len(a), len(users))
+		}
+		for name, v := range a {
 			if have := (user{v[0].Int(), v[1].Int(), v[2].Str()}); have != users[name] {
 				return fmt.Sprintf("user %s: %+v, want %+v", name, have, users[name])
 			}
 		}
-		got := scan(t, env, "region_stats")
-		if len(got) != len(regions) {
-			return fmt.Sprintf("%d regions, want %d", len(got), len(regions))
+		if len(b) != len(regions) {
+			return fmt.Sprintf("%d regions, want %d", len(b), len(regions))
 		}
 		for name, w := range regions {
-			if v := got[name].Values; (region{v[0].Int(), v[1].Int()}) != w {
+			if v := b[name]; len(v) != 2 || (region{v[0].Int(), v[1].Int()}) != w {
 				return fmt.Sprintf("region %s: %v, want %+v", name, v, w)
 			}
 		}
+		if v := c["all"]; len(c) != 1 || len(v) != 2 || (grand{v[0].Int(), v[1].Int()}) != all {
+			return fmt.Sprintf("grand total %v, want %+v", c, all)
+		}
 		return ""
 	}
+	values := func(table string) map[string][]agg.Value {
+		out := map[string][]agg.Value{}
+		for k, r := range scan(t, env, table) {
+			out[k] = r.Values
+		}
+		return out
+	}
+	tables := func() string { return check(values("user_totals"), values("region_stats"), values("grand_total")) }
 	deadline := time.Now().Add(60 * time.Second)
-	for check() != "" && time.Now().Before(deadline) {
+	for tables() != "" && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
+	}
+	if d := tables(); d != "" {
+		t.Fatal(d)
+	}
+	// The consistent snapshot reaches the same rows once C's version that
+	// holds them is published.
+	names := []string{"user_totals", "region_stats", "grand_total"}
+	var d string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		s, err := env.Snapshot(ctx, names, false)
+		if err == nil {
+			d = check(snapshotValues(t, s.Tables[0], "user", "total", "orders", "region"),
+				snapshotValues(t, s.Tables[1], "region", "total", "users"), snapshotValues(t, s.Tables[2], "scope", "total", "users"))
+			if d == "" {
+				break
+			}
+		} else if d = err.Error(); !errors.Is(err, export.ErrInconsistent) && !strings.Contains(d, "no versions yet") {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no consistent snapshot of the whole input after 60 s: %s", d)
+		}
 	}
 	for _, j := range jobs {
 		j.Stop()
@@ -323,12 +371,29 @@ func TestChained(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := check(); d != "" {
-		t.Fatal(d)
+}
+
+// snapshotValues returns the rows of a table in a snapshot as scan does:
+// the value of column key → the values of cols.
+func snapshotValues(t *testing.T, ts export.TableSnapshot, key string, cols ...string) map[string][]agg.Value {
+	t.Helper()
+	out := map[string][]agg.Value{}
+	for _, r := range ts.Rows {
+		m := r.Map()
+		var vs []agg.Value
+		for _, col := range cols {
+			switch v := m[col].(type) {
+			case int64:
+				vs = append(vs, agg.IntValue(v))
+			case string:
+				vs = append(vs, agg.StringValue(v))
+			default:
+				t.Fatalf("%s: row %s: column %s is %T", ts.Topic, r, col, v)
+			}
+		}
+		out[fmt.Sprint(m[key])] = vs
 	}
-	if len(scan(t, env, "user_totals")) != len(users) {
-		t.Fatalf("%d users, want %d", len(scan(t, env, "user_totals")), len(users))
-	}
+	return out
 }
 
 // TestWindowed produces timestamped orders, out of order, some of them

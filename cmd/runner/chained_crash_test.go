@@ -89,7 +89,7 @@ func TestChainedSIGKILLBites(t *testing.T) {
 	t.Logf("seed %d: detected, as it must be: %s", ch.seed, d)
 }
 
-// chain is the A → changelog → B setup of one test.
+// chain is the A → changelog → B (→ changelog → C) setup of one test.
 type chain struct {
 	t         *testing.T
 	seed      int64
@@ -98,8 +98,10 @@ type chain struct {
 	brokers   []string
 	changelog string // A's changelog topic
 	format    export.Format
+	bLog      string // B's changelog topic
 	prod      *kgo.Client
 	a, b      *jobProc
+	c         *jobProc // nil but in a three-job chain (addC)
 	orders    int
 	users     map[string]*userSum // A's expected table
 }
@@ -151,6 +153,7 @@ func newChain(t *testing.T) *chain {
 	format := []string{"upsert-json", "debezium-json"}[seed&1]
 	t.Logf("seed %d: changelog format %s", seed, format)
 	ch.changelog, ch.format = changelog, export.Format(format)
+	ch.bLog = kafkatest.NewTopic(t, brokers, 4) // region_stats' buckets
 	common := []string{"--http-address", "127.0.0.1:0", "--summary", "0"}
 	list := "[" + strings.Join(brokers, ",") + "]"
 	ch.a = &jobProc{name: "A", dir: t.TempDir(), table: "user_totals", key: "user", env: []string{syncWritesEnv + "=1"},
@@ -161,13 +164,42 @@ func newChain(t *testing.T) *chain {
 			"--set", "sink.table.changelog.topic=" + changelog,
 			"--set", "sink.table.changelog.format=" + format,
 			"--set", "checkpoint.interval=200ms"})}
+	// B reads unaligned unless a test sets source.kafka.align=versions
+	// (the example's).
 	ch.b = &jobProc{name: "B", dir: t.TempDir(), table: "region_stats", key: "region", env: []string{syncWritesEnv + "=1"},
 		args: slices.Concat([]string{"run", "-f", "../../examples/chained/b.yaml"}, common, []string{
 			"--set", "source.kafka.brokers=" + list,
 			"--set", "source.kafka.topics=[" + changelog + "]",
 			"--set", "source.kafka.format=" + format,
+			"--set", "source.kafka.align=none",
+			"--set", "sink.table.changelog.brokers=" + list,
+			"--set", "sink.table.changelog.topic=" + ch.bLog,
 			"--set", "checkpoint.interval=500ms"})}
 	return ch
+}
+
+// addC adds job C of examples/chained (B's changelog → grand total,
+// aligned on B's versions, its changelog published to the topic it
+// returns) in a runner process of its own, checkpointing every interval.
+func (ch *chain) addC(interval time.Duration) string {
+	cLog := kafkatest.NewTopic(ch.t, ch.brokers, 1) // grand_total's bucket
+	list := "[" + strings.Join(ch.brokers, ",") + "]"
+	ch.c = &jobProc{name: "C", dir: ch.t.TempDir(), table: "grand_total", key: "scope", env: []string{syncWritesEnv + "=1"},
+		args: []string{"run", "-f", "../../examples/chained/c.yaml", "--http-address", "127.0.0.1:0", "--summary", "0",
+			"--set", "source.kafka.brokers=" + list,
+			"--set", "source.kafka.topics=[" + ch.bLog + "]",
+			"--set", "sink.table.changelog.brokers=" + list,
+			"--set", "sink.table.changelog.topic=" + cLog,
+			"--set", "checkpoint.interval=" + interval.String()}}
+	return cLog
+}
+
+// runners are the chain's job processes: A, B and, if added, C.
+func (ch *chain) runners() []*jobProc {
+	if ch.c == nil {
+		return []*jobProc{ch.a, ch.b}
+	}
+	return []*jobProc{ch.a, ch.b, ch.c}
 }
 
 // produce writes n seeded orders and adds them to A's expected table. A
@@ -200,22 +232,36 @@ func (ch *chain) produce(n int) {
 	}
 }
 
-// crash runs both runners while orders arrive, killing A killsA times and
-// B killsB times, each at its own random moments (0.3 to 1.8 s after it
-// started, restarted up to 0.3 s later). It returns with both running.
-func (ch *chain) crash(killsA, killsB int) {
-	t := ch.t
-	limit := max(3*time.Minute, time.Duration(max(killsA, killsB))*3*time.Second)
+// crash runs the runners while orders arrive, killing the i-th of
+// ch.runners() kills[i] times, each at its own random moments (0.3 to 1.8 s
+// after it started, restarted up to 0.3 s later). It returns with all
+// running.
+func (ch *chain) crash(kills ...int) {
+	t, rs := ch.t, ch.runners()
+	if len(kills) != len(rs) {
+		t.Fatalf("crash: %d kill counts for %d runners", len(kills), len(rs))
+	}
+	limit := max(3*time.Minute, time.Duration(slices.Max(kills))*3*time.Second)
 	deadline := time.Now().Add(limit)
 	ch.produce(200)
-	for ch.a.kills < killsA || ch.b.kills < killsB || ch.a.c == nil || ch.b.c == nil {
+	for {
+		done := true
+		var progress []string
+		for i, r := range rs {
+			done = done && r.kills >= kills[i] && r.c != nil
+			progress = append(progress, fmt.Sprintf("%s %d/%d", r.name, r.kills, kills[i]))
+		}
+		if done {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: kill schedule not done after %s (A %d/%d, B %d/%d kills)", ch.seed, limit, ch.a.kills, killsA, ch.b.kills, killsB)
+			t.Fatalf("seed %d: kill schedule not done after %s (kills: %s)", ch.seed, limit, strings.Join(progress, ", "))
 		}
 		ch.produce(5 + ch.rng.Intn(30))
 		time.Sleep(time.Duration(5+ch.rng.Intn(20)) * time.Millisecond)
-		ch.step(ch.a, killsA)
-		ch.step(ch.b, killsB)
+		for i, r := range rs {
+			ch.step(r, kills[i])
+		}
 	}
 }
 
@@ -271,14 +317,19 @@ func (ch *chain) settle(timeout time.Duration) string {
 		if time.Now().After(deadline) {
 			return fmt.Sprintf("not right after %s: %s", timeout, d)
 		}
-		for _, r := range []*jobProc{ch.a, ch.b} {
-			select {
-			case <-r.c.done:
-				ch.t.Fatalf("seed %d: runner %s exited: %v; log:\n%s", ch.seed, r.name, r.c.err, r.c.stderr.String())
-			default:
-			}
-		}
+		ch.running()
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// running fails the test if a runner exited.
+func (ch *chain) running() {
+	for _, r := range ch.runners() {
+		select {
+		case <-r.c.done:
+			ch.t.Fatalf("seed %d: runner %s exited: %v; log:\n%s", ch.seed, r.name, r.c.err, r.c.stderr.String())
+		default:
+		}
 	}
 }
 
@@ -290,9 +341,9 @@ func (ch *chain) scan(r *jobProc) map[string]map[string]any {
 	return scanJSON(ch.t, r.dir, r.table, r.key)
 }
 
-// stop stops both runners gracefully (exit 0).
+// stop stops the runners gracefully (exit 0).
 func (ch *chain) stop() {
-	for _, r := range []*jobProc{ch.a, ch.b} {
+	for _, r := range ch.runners() {
 		stopGracefully(ch.t, r.c)
 		r.ended()
 	}

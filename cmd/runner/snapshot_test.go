@@ -50,10 +50,8 @@ func byColumn(t snapshotTableOut, key string) map[string]map[string]any {
 // weak one says it is weak.
 func TestSnapshotCommand(t *testing.T) {
 	ch := newChain(t)
-	bTopic := kafkatest.NewTopic(t, ch.brokers, 4)
-	list := "[" + strings.Join(ch.brokers, ",") + "]"
-	ch.b.args = append(ch.b.args, "--set", fmt.Sprintf("sink.table.changelog={brokers: %s, topic: %s}", list, bTopic),
-		"--set", "checkpoint.interval=200ms")
+	bTopic := ch.bLog
+	ch.b.args = append(ch.b.args, "--set", "checkpoint.interval=200ms")
 	for _, r := range []*jobProc{ch.a, ch.b} {
 		r.c = start(t, r.env, append(r.args, "--data-dir", r.dir)...)
 	}
