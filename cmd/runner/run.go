@@ -23,6 +23,7 @@ import (
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/pipelines/build"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 )
 
@@ -100,6 +101,12 @@ type runner struct {
 		sync.Mutex
 		done map[string]error // jobs that returned
 	}
+	// topo holds the versions readers of the runner's topology (made on
+	// first use).
+	topo struct {
+		sync.Mutex
+		readers *export.VersionsReaders
+	}
 }
 
 func run(ctx context.Context, f *runFlags) error {
@@ -158,6 +165,7 @@ func run(ctx context.Context, f *runFlags) error {
 			r.log.Error("close", "err", err)
 		}
 	}()
+	defer r.closeTopology() // before the embedded broker closes
 	if err := r.env.OpenTables(ps); err != nil {
 		return err
 	}
@@ -182,6 +190,7 @@ func run(ctx context.Context, f *runFlags) error {
 		}))
 	}
 
+	r.reg.MustRegister(newTopologyFreshness(r))
 	r.started = time.Now() // before the server reads it
 	addr := first.HTTP.Address
 	if f.httpAddress != "" {

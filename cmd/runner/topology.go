@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,14 +26,20 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
-// topologyRead says what a topology's versions are: per table its newest.
-// The newest mutually consistent set of versions of the topology (issue
-// 13, consistent reads) is not used yet.
+// topologyRead says what a topology's versions are: per table its newest,
+// and per part of the graph its newest consistent version (the versions a
+// consistent read of the part's tables returns).
 const (
-	topologyRead = "newest"
-	topologyNote = "per table its newest version; freshness is now minus the source event time it covers " +
-		"(not yet the newest consistent version of the topology)"
+	topologyRead = "newest and consistent"
+	topologyNote = "VERSION is each table's newest, FRESHNESS now minus the source event time it covers; " +
+		"CONSISTENT is the version of the newest consistent version of the table's part of the topology " +
+		"(what a consistent read of the part returns), C-FRESHNESS now minus the event time every table of that set covers"
 )
+
+// topologyKept bounds the versions of each table the topology reads: the
+// consistent version of a part is found among its tables' newest
+// topologyKept versions.
+const topologyKept = 1000
 
 // topology is the lineage of the tables of one Kafka cluster: sources →
 // jobs → tables → changelogs → jobs, from the job files a process has and
@@ -46,6 +53,25 @@ type topology struct {
 	Nodes  []topoNode  `json:"nodes"`
 	Edges  []topoEdge  `json:"edges"`
 	Tables []topoTable `json:"tables"`
+	// Consistent holds, per part of the graph (tables linked by the
+	// upstream versions they name), its newest consistent version.
+	Consistent []topoConsistent `json:"consistent"`
+}
+
+// topoConsistent is the newest consistent version of a part of the graph
+// (export.ChooseConsistent: the choice of consistent reads, over all the
+// part's tables).
+type topoConsistent struct {
+	Tables []string `json:"tables"` // their nodes
+	// Versions are the tables' versions in the set (absent when none fits:
+	// Error says why).
+	Versions []uint64 `json:"versions,omitempty"`
+	Error    string   `json:"error,omitempty"`
+	// EventTime is the newest source event time every version of the set
+	// covers (the least of theirs) and FreshnessSeconds now minus it (nil:
+	// unknown).
+	EventTime        *time.Time `json:"event_time"`
+	FreshnessSeconds *float64   `json:"freshness_seconds"`
 }
 
 // topoNode is a node of the graph; its id is "<kind>:<name>".
@@ -73,6 +99,11 @@ type topoTable struct {
 	// FreshnessSeconds now minus it (nil: unknown).
 	EventTime        *time.Time `json:"event_time"`
 	FreshnessSeconds *float64   `json:"freshness_seconds"`
+	// ConsistentVersion is its version in the newest consistent version
+	// of its part of the graph, and ConsistentFreshnessSeconds that set's
+	// freshness (topoConsistent; nil: none, or unknown).
+	ConsistentVersion          *uint64  `json:"consistent_version"`
+	ConsistentFreshnessSeconds *float64 `json:"consistent_freshness_seconds"`
 }
 
 // graph builds a topology.
@@ -167,19 +198,52 @@ func (g *graph) addVersion(v export.Version, now time.Time) {
 	if t.Upstream == nil {
 		t.Upstream = []changelogfmt.UpstreamVersion{}
 	}
-	if d, ok := export.Freshness(now, &v); ok {
-		at, s := time.UnixMilli(v.EventTimeMs).UTC(), d.Seconds()
-		t.EventTime, t.FreshnessSeconds = &at, &s
+	t.EventTime, t.FreshnessSeconds = eventTimeAndFreshness(now, v.EventTimeMs)
+}
+
+// eventTimeAndFreshness is event time ms and now minus it (nil: unknown).
+func eventTimeAndFreshness(now time.Time, ms int64) (*time.Time, *float64) {
+	d, ok := export.Freshness(now, &export.Version{EventTimeMs: ms})
+	if !ok {
+		return nil, nil
 	}
+	at, s := time.UnixMilli(ms).UTC(), d.Seconds()
+	return &at, &s
+}
+
+// addConsistent chooses the newest consistent version of each part of the
+// tables (export.ChooseConsistent) and adds it.
+func (g *graph) addConsistent(tables []export.TableVersions, now time.Time) []topoConsistent {
+	out := []topoConsistent{}
+	for _, c := range export.ChooseConsistent(tables) {
+		tc := topoConsistent{Tables: []string{}}
+		if c.Err != nil {
+			tc.Error = c.Err.Error()
+		} else {
+			tc.EventTime, tc.FreshnessSeconds = eventTimeAndFreshness(now, c.EventTimeMs)
+		}
+		for i, topic := range c.Topics {
+			t := g.tables[g.byTopic[topic]]
+			tc.Tables = append(tc.Tables, t.ID)
+			if c.Err == nil {
+				n := c.Versions[i].Version
+				tc.Versions = append(tc.Versions, n)
+				t.ConsistentVersion, t.ConsistentFreshnessSeconds = &n, tc.FreshnessSeconds
+			}
+		}
+		out = append(out, tc)
+	}
+	return out
 }
 
 // readTopology builds the topology of jobs and, when conn is set, of every
 // versions topic of its cluster ("<changelog>.versions") and of the jobs'
-// changelogs.
-func readTopology(ctx context.Context, jobs []*pipelines.Pipeline, conn *kafka.Connection, now time.Time) (*topology, error) {
+// changelogs, read with readers (nil: readers of its own, closed after).
+func readTopology(ctx context.Context, jobs []*pipelines.Pipeline, conn *kafka.Connection, readers *export.VersionsReaders, now time.Time) (*topology, error) {
 	g := &graph{nodes: map[string]topoNode{}, edges: map[topoEdge]bool{}, tables: map[string]*topoTable{},
 		byTopic: map[string]string{}, names: map[string]string{}}
 	g.addJobs(jobs)
+	consistent := []topoConsistent{}
 	if conn != nil {
 		topics, err := versionsTopics(ctx, *conn)
 		if err != nil {
@@ -191,15 +255,33 @@ func readTopology(ctx context.Context, jobs []*pipelines.Pipeline, conn *kafka.C
 			}
 		}
 		slices.Sort(topics)
-		vs, err := latestVersions(ctx, *conn, slices.Compact(topics))
-		if err != nil {
-			return nil, err
+		topics = slices.Compact(topics)
+		if readers == nil {
+			if readers, err = export.NewVersionsReaders(*conn, topologyKept); err != nil {
+				return nil, fmt.Errorf("topology: %w", err)
+			}
+			defer readers.Close()
 		}
-		for _, v := range vs {
-			g.addVersion(v, now)
+		var tables []export.TableVersions
+		for i, r := range readers.Read(ctx, topics) {
+			changelog := strings.TrimSuffix(topics[i], changelogfmt.VersionsTopic(""))
+			switch {
+			case errors.Is(r.Err, changelogfmt.ErrVersion): // not ebbflow's
+			case r.Err != nil:
+				return nil, fmt.Errorf("topology: %w", r.Err)
+			case len(r.Versions) > 0:
+				g.addVersion(r.Versions[len(r.Versions)-1], now)
+				tables = append(tables, export.TableVersions{Topic: r.Versions[0].Topic, Versions: r.Versions})
+			case g.byTopic[changelog] != "":
+				// A table of the job files without versions yet: its
+				// part has no consistent version.
+				tables = append(tables, export.TableVersions{Topic: changelog})
+			}
 		}
+		consistent = g.addConsistent(tables, now)
 	}
-	top := &topology{Now: now.UTC(), Read: topologyRead, Note: topologyNote, Nodes: []topoNode{}, Edges: []topoEdge{}, Tables: []topoTable{}}
+	top := &topology{Now: now.UTC(), Read: topologyRead, Note: topologyNote, Nodes: []topoNode{}, Edges: []topoEdge{}, Tables: []topoTable{},
+		Consistent: consistent}
 	for _, id := range slices.Sorted(maps.Keys(g.nodes)) {
 		top.Nodes = append(top.Nodes, g.nodes[id])
 	}
@@ -211,50 +293,6 @@ func readTopology(ctx context.Context, jobs []*pipelines.Pipeline, conn *kafka.C
 		top.Tables = append(top.Tables, *g.tables[name])
 	}
 	return top, nil
-}
-
-// topologyReaders bounds the versions topics read at once.
-const topologyReaders = 8
-
-// latestVersions reads the newest version of each topic, topologyReaders
-// at a time, in the order of topics; a topic without versions gives none,
-// and so does one named like a versions topic that is not ebbflow's.
-func latestVersions(ctx context.Context, conn kafka.Connection, topics []string) ([]export.Version, error) {
-	type result struct {
-		v   export.Version
-		ok  bool
-		err error
-	}
-	results := make([]result, len(topics))
-	next := make(chan int)
-	done := make(chan struct{})
-	for range min(topologyReaders, len(topics)) {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for i := range next {
-				r := &results[i]
-				r.v, r.ok, r.err = export.LatestVersion(ctx, conn, topics[i])
-			}
-		}()
-	}
-	for i := range topics {
-		next <- i
-	}
-	close(next)
-	for range min(topologyReaders, len(topics)) {
-		<-done
-	}
-	var out []export.Version
-	for _, r := range results {
-		switch {
-		case errors.Is(r.err, changelogfmt.ErrVersion):
-		case r.err != nil:
-			return nil, fmt.Errorf("topology: %w", r.err)
-		case r.ok:
-			out = append(out, r.v)
-		}
-	}
-	return out, nil
 }
 
 // versionsTopics lists the topics of the cluster named like versions
@@ -308,30 +346,101 @@ func namesEmbedded(c *pipelines.Connection) bool {
 	return len(c.Brokers) == 0 || (len(c.Brokers) == 1 && c.Brokers[0] == "embedded")
 }
 
-// apiTopology is GET /api/v1/topology: the runner's topology (JSON).
-func (r *runner) apiTopology(w http.ResponseWriter, req *http.Request) {
+// topology reads the topology of the runner's jobs, with the
+// versions readers the runner keeps (one set, made on first use, closed
+// by closeTopology).
+func (r *runner) topology(ctx context.Context) (*topology, error) {
 	jobs := make([]*pipelines.Pipeline, 0, len(r.jobs))
 	for _, j := range r.jobs {
 		jobs = append(jobs, j.Pipeline())
 	}
+	c := topologyCluster(jobs)
+	if c == nil {
+		return readTopology(ctx, jobs, nil, nil, time.Now())
+	}
+	conn, err := r.env.KafkaConnection(*c)
+	if err != nil {
+		return nil, err
+	}
+	r.topo.Lock()
+	if r.topo.readers == nil {
+		if r.topo.readers, err = export.NewVersionsReaders(conn, topologyKept); err != nil {
+			r.topo.Unlock()
+			return nil, fmt.Errorf("topology: %w", err)
+		}
+	}
+	readers := r.topo.readers
+	r.topo.Unlock()
+	return readTopology(ctx, jobs, &conn, readers, time.Now())
+}
+
+// closeTopology closes the versions readers of runner.topology.
+func (r *runner) closeTopology() {
+	r.topo.Lock()
+	defer r.topo.Unlock()
+	if r.topo.readers != nil {
+		r.topo.readers.Close()
+		r.topo.readers = nil
+	}
+}
+
+// apiTopology is GET /api/v1/topology: the runner's topology (JSON).
+func (r *runner) apiTopology(w http.ResponseWriter, req *http.Request) {
 	ctx, cancel := context.WithTimeout(req.Context(), 30*time.Second)
 	defer cancel()
-	var conn *kafka.Connection
-	var err error
-	if c := topologyCluster(jobs); c != nil {
-		var kc kafka.Connection
-		kc, err = r.env.KafkaConnection(*c)
-		conn = &kc
-	}
-	var top *topology
-	if err == nil {
-		top, err = readTopology(ctx, jobs, conn, time.Now())
-	}
+	top, err := r.topology(ctx)
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, top)
+}
+
+// topologyFreshness is ebbflow_topology_freshness_seconds{table}: for each
+// table of the runner's jobs with a changelog, the freshness of the newest
+// consistent version of its part of the topology (topoConsistent), read
+// from Kafka at each scrape (for at most topologyScrapeTimeout); absent
+// while unknown.
+type topologyFreshness struct {
+	r    *runner
+	desc *prometheus.Desc
+}
+
+// topologyScrapeTimeout bounds the reading of the topology for a scrape.
+const topologyScrapeTimeout = 5 * time.Second
+
+func newTopologyFreshness(r *runner) topologyFreshness {
+	return topologyFreshness{r: r, desc: prometheus.NewDesc("ebbflow_topology_freshness_seconds",
+		"Now minus the newest source event time covered by the newest consistent version of the table's part of the topology "+
+			"(the versions a consistent read of its tables returns); absent while unknown.", []string{"table"}, nil)}
+}
+
+func (f topologyFreshness) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+
+func (f topologyFreshness) Collect(ch chan<- prometheus.Metric) {
+	ours := map[string]bool{} // changelog topics of the runner's tables
+	for _, j := range f.r.jobs {
+		for _, t := range j.Pipeline().Tables {
+			if cl := t.Spec.Changelog; cl != nil {
+				ours[cl.Topic] = true
+			}
+		}
+	}
+	if len(ours) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), topologyScrapeTimeout)
+	defer cancel()
+	top, err := f.r.topology(ctx)
+	if err != nil {
+		f.r.log.Debug("metrics: read the topology", "err", err)
+		return
+	}
+	for _, t := range top.Tables {
+		if ours[t.Changelog] && t.ConsistentFreshnessSeconds != nil {
+			ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, *t.ConsistentFreshnessSeconds, t.Table)
+		}
+	}
 }
 
 func newTopologyCmd() *cobra.Command {
@@ -369,7 +478,7 @@ func newTopologyCmd() *cobra.Command {
 // cluster of the job files, else from the data directory's embedded broker.
 func topologyOf(ctx context.Context, d *dataDirFlags, brokers []string, address string) (*topology, error) {
 	if len(brokers) > 0 {
-		return readTopology(ctx, d.jobs, &kafka.Connection{Brokers: brokers}, time.Now())
+		return readTopology(ctx, d.jobs, &kafka.Connection{Brokers: brokers}, nil, time.Now())
 	}
 	e, err := findRunner(d.dataDir, address)
 	if err != nil {
@@ -391,14 +500,19 @@ func topologyOf(ctx context.Context, d *dataDirFlags, brokers []string, address 
 		if err != nil {
 			return nil, err
 		}
-		return readTopology(ctx, d.jobs, &conn, time.Now())
+		return readTopology(ctx, d.jobs, &conn, nil, time.Now())
 	}
 	found, closeBroker, err := embeddedBrokers(d.dataDir)
 	if err != nil {
 		return nil, err
 	}
 	defer closeBroker()
-	return readTopology(ctx, d.jobs, &kafka.Connection{Brokers: found}, time.Now())
+	return readTopology(ctx, d.jobs, &kafka.Connection{Brokers: found}, nil, time.Now())
+}
+
+// seconds prints a freshness in seconds as a duration, to the millisecond.
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 // writeTopology prints the topology as JSON, or as a table of the tables
@@ -410,9 +524,9 @@ func writeTopology(w io.Writer, top *topology, output string) error {
 		return enc.Encode(top)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tVERSION\tWRITERS\tUPSTREAM\tEVENT TIME\tFRESHNESS")
+	fmt.Fprintln(tw, "TABLE\tVERSION\tWRITERS\tUPSTREAM\tEVENT TIME\tFRESHNESS\tCONSISTENT\tC-FRESHNESS")
 	for _, t := range top.Tables {
-		version, writers, upstream, eventTime, fresh := "-", "-", "-", "-", "-"
+		version, writers, upstream, eventTime, fresh, consistent, cFresh := "-", "-", "-", "-", "-", "-", "-"
 		if v := t.Version; v != nil {
 			version = fmt.Sprint(v.Version)
 			var ws []string
@@ -430,12 +544,23 @@ func writeTopology(w io.Writer, top *topology, output string) error {
 		}
 		if t.EventTime != nil {
 			eventTime = t.EventTime.Format(time.RFC3339Nano)
-			fresh = (time.Duration(*t.FreshnessSeconds * float64(time.Second))).Round(time.Millisecond).String()
+			fresh = seconds(*t.FreshnessSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, version, writers, upstream, eventTime, fresh)
+		if t.ConsistentVersion != nil {
+			consistent = fmt.Sprint(*t.ConsistentVersion)
+		}
+		if t.ConsistentFreshnessSeconds != nil {
+			cFresh = seconds(*t.ConsistentFreshnessSeconds)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, version, writers, upstream, eventTime, fresh, consistent, cFresh)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, c := range top.Consistent {
+		if c.Error != "" {
+			fmt.Fprintf(w, "\nno consistent version of %s: %s\n", strings.Join(c.Tables, ", "), c.Error)
+		}
 	}
 	fmt.Fprintf(w, "\nLINEAGE\n")
 	for _, e := range top.Edges {

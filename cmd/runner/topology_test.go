@@ -59,6 +59,29 @@ checkpoint: {interval: 100ms}
 `
 )
 
+// consistentAt returns the consistent version of the part of top that
+// table (a node id) is in, or nil.
+func consistentAt(top *topology, table string) *topoConsistent {
+	for i, c := range top.Consistent {
+		if slices.Contains(c.Tables, table) {
+			return &top.Consistent[i]
+		}
+	}
+	return nil
+}
+
+// metricValue returns the value of the sample series (name and labels as
+// the exposition format prints them) in metrics.
+func metricValue(metrics, series string) (float64, bool) {
+	for line := range strings.Lines(metrics) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
 // TestTopology runs A → a → B → b, each job in a runner process of its
 // own on one Kafka (kfake, or EBBFLOW_KAFKA_BROKERS), on input with
 // chosen timestamps. `runner topology` asked of either runner (its
@@ -118,7 +141,8 @@ func TestTopology(t *testing.T) {
 	covered := func(top *topology) bool {
 		a, b := tableOf(top, ta), tableOf(top, tb)
 		return a != nil && b != nil && a.EventTime != nil && b.EventTime != nil &&
-			a.EventTime.Equal(eventTime) && b.EventTime.Equal(eventTime)
+			a.EventTime.Equal(eventTime) && b.EventTime.Equal(eventTime) &&
+			consistentAt(top, a.ID) != nil && consistentAt(top, a.ID).EventTime != nil && consistentAt(top, a.ID).EventTime.Equal(eventTime)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for !covered(read("--brokers", list)) {
@@ -183,6 +207,28 @@ func TestTopology(t *testing.T) {
 				t.Fatalf("%s: table %s freshness %vs, want %vs (now %s minus %s)", name, tt.Table, *tt.FreshnessSeconds, want, top.Now, eventTime)
 			}
 		}
+		// The consistent version of the part {a, b}: b's version derived
+		// exactly from a's (a idle since the input), covering the same.
+		c := consistentAt(top, a.ID)
+		if c == nil || len(c.Tables) != 2 || !slices.Contains(c.Tables, b.ID) || c.Error != "" ||
+			a.ConsistentVersion == nil || b.ConsistentVersion == nil || c.EventTime == nil || !c.EventTime.Equal(eventTime) {
+			t.Fatalf("%s: the consistent version of a and b: %+v (a at %v, b at %v); want both at event time %s", name, c, a.ConsistentVersion, b.ConsistentVersion, eventTime)
+		}
+		for _, f := range []*float64{c.FreshnessSeconds, a.ConsistentFreshnessSeconds, b.ConsistentFreshnessSeconds} {
+			if want := top.Now.Sub(eventTime).Seconds(); f == nil || math.Abs(*f-want) > 1e-3 {
+				t.Fatalf("%s: consistent freshness %v, want %vs", name, f, want)
+			}
+		}
+	}
+
+	// Runner B's metric: the same freshness, of its table b.
+	before := time.Now()
+	_, metrics := httpGet(t, "http://"+liveRunner(runners["B"])+"/metrics")
+	after := time.Now()
+	got, ok := metricValue(metrics, `ebbflow_topology_freshness_seconds{table="`+tb+`"}`)
+	if !ok || got < before.Sub(eventTime).Seconds()-1e-3 || got > after.Sub(eventTime).Seconds()+1e-3 {
+		t.Fatalf("runner B: ebbflow_topology_freshness_seconds of %s: %v (found %v); want between %v and %v",
+			tb, got, ok, before.Sub(eventTime).Seconds(), after.Sub(eventTime).Seconds())
 	}
 
 	// The table output names the same.
@@ -190,7 +236,7 @@ func TestTopology(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("topology: exit %d", code)
 	}
-	for _, s := range []string{"job:" + ja + " → table:" + ta, "changelog:" + aCL + " → job:" + jb, eventTime.Format(time.RFC3339Nano), "not yet the newest consistent version"} {
+	for _, s := range []string{"job:" + ja + " → table:" + ta, "changelog:" + aCL + " → job:" + jb, eventTime.Format(time.RFC3339Nano), "CONSISTENT"} {
 		if !strings.Contains(out, s) {
 			t.Fatalf("topology output lacks %q:\n%s", s, out)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 )
@@ -251,4 +252,95 @@ func (c *chooser) find(i int, n uint64) *Version {
 		return nil
 	}
 	return &vs[k]
+}
+
+// Consistent is the newest consistent version of one part of a topology:
+// tables linked by the upstream versions their versions name (directly or
+// through other tables), each at the version ChooseVersions picks for them
+// together, the choice a consistent read of all of them makes.
+type Consistent struct {
+	// Topics are the tables' changelog topics, in the order given to
+	// ChooseConsistent.
+	Topics []string
+	// Versions are their versions, in the order of Topics; nil when no
+	// consistent set exists (Err says why).
+	Versions []Version
+	Err      error
+	// EventTimeMs is the newest source event time every table of the set
+	// covers: the least EventTimeMs of Versions; 0 (unknown) when one of
+	// them covers none.
+	EventTimeMs int64
+}
+
+// Freshness is how far the set is behind its sources at now: now minus
+// EventTimeMs (Freshness of a version); ok is false when it is unknown.
+func (c *Consistent) Freshness(now time.Time) (time.Duration, bool) {
+	return Freshness(now, &Version{EventTimeMs: c.EventTimeMs})
+}
+
+// ChooseConsistent splits tables into the parts of the topology they make
+// (two tables are in one part when a version of one names the other as
+// upstream) and chooses the newest consistent version of each part
+// (ChooseVersions over its tables): the versions a consistent read naming
+// every table of the part returns. Parts are in the order of their first
+// table; a part none of whose sets fits, or with a table without versions,
+// has Err and no Versions, and does not hold the others back.
+func ChooseConsistent(tables []TableVersions) []Consistent {
+	index := map[string]int{}
+	for i, t := range tables {
+		index[t.Topic] = i
+	}
+	// part[i] is the root of table i's part (union-find).
+	part := make([]int, len(tables))
+	for i := range part {
+		part[i] = i
+	}
+	root := func(i int) int {
+		for part[i] != i {
+			part[i] = part[part[i]]
+			i = part[i]
+		}
+		return i
+	}
+	for i, t := range tables {
+		for _, v := range t.Versions {
+			for _, u := range v.Upstream {
+				if j, ok := index[u.Topic]; ok {
+					ri, rj := root(i), root(j)
+					part[max(ri, rj)] = min(ri, rj)
+				}
+			}
+		}
+	}
+	var out []Consistent
+	of := map[int]int{} // root → index in out
+	var members [][]TableVersions
+	for i, t := range tables {
+		r := root(i)
+		k, ok := of[r]
+		if !ok {
+			k = len(out)
+			of[r] = k
+			out = append(out, Consistent{})
+			members = append(members, nil)
+		}
+		out[k].Topics = append(out[k].Topics, t.Topic)
+		members[k] = append(members[k], t)
+	}
+	for k := range out {
+		c := &out[k]
+		c.Versions, c.Err = ChooseVersions(members[k], false)
+		if c.Err != nil {
+			continue
+		}
+		c.EventTimeMs = c.Versions[0].EventTimeMs
+		for _, v := range c.Versions {
+			if v.EventTimeMs <= 0 {
+				c.EventTimeMs = 0
+				break
+			}
+			c.EventTimeMs = min(c.EventTimeMs, v.EventTimeMs)
+		}
+	}
+	return out
 }

@@ -3,8 +3,10 @@ package export
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 )
@@ -160,5 +162,56 @@ func TestChooseVersionsNeverBack(t *testing.T) {
 	}
 	if found < 100 {
 		t.Fatalf("only %d of 600 choices found a consistent set", found)
+	}
+}
+
+// timed is v with event time ms.
+func timed(v Version, ms int64) Version {
+	v.EventTimeMs = ms
+	return v
+}
+
+// TestChooseConsistent: the tables split into the parts of the topology,
+// each at its newest consistent version, whose event time is the least of
+// the versions chosen, not of the newest ones; a part without a
+// consistent set does not hold the others back.
+func TestChooseConsistent(t *testing.T) {
+	a := TableVersions{Topic: "a", Versions: []Version{
+		timed(ver("a", 1, []int64{1}), 1000), timed(ver("a", 2, []int64{2}), 2000), timed(ver("a", 3, []int64{3}), 3000)}}
+	b := TableVersions{Topic: "b", Versions: []Version{
+		timed(ver("b", 1, []int64{1}, up("a", 1, true)), 1000),
+		timed(ver("b", 2, []int64{2}, up("a", 2, true)), 2000),
+		timed(ver("b", 3, []int64{4}, up("a", 3, false)), 3000)}} // unaligned: its event time is a's 3's
+	x := TableVersions{Topic: "x", Versions: []Version{timed(ver("x", 5, []int64{9}), 500)}}
+	y := TableVersions{Topic: "y"}                                                                 // no versions yet
+	z := TableVersions{Topic: "z", Versions: []Version{ver("z", 1, []int64{1}, up("x", 5, true))}} // no event time
+	got := ChooseConsistent([]TableVersions{b, x, y, a, z})
+	type part struct {
+		topics   string
+		versions []uint64
+		eventMs  int64
+		err      string
+	}
+	want := []part{
+		{topics: "b,a", versions: []uint64{2, 2}, eventMs: 2000},
+		{topics: "x,z", versions: []uint64{5, 1}, eventMs: 0},
+		{topics: "y", err: "no versions yet"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d parts: %+v; want %d", len(got), got, len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if strings.Join(g.Topics, ",") != w.topics || !slices.Equal(numbers(g.Versions), w.versions) || g.EventTimeMs != w.eventMs ||
+			(w.err == "") != (g.Err == nil) || (g.Err != nil && !strings.Contains(g.Err.Error(), w.err)) {
+			t.Errorf("part %d: topics %v, versions %v, event time %d, err %v; want %+v", i, g.Topics, numbers(g.Versions), g.EventTimeMs, g.Err, w)
+		}
+	}
+	now := time.UnixMilli(5000)
+	if d, ok := got[0].Freshness(now); !ok || d != 3*time.Second {
+		t.Errorf("freshness of a and b: %v, %v; want 3s (of the consistent set, not of b's newest)", d, ok)
+	}
+	if _, ok := got[1].Freshness(now); ok {
+		t.Error("freshness of x and z known; z covers no event time")
 	}
 }

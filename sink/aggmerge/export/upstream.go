@@ -155,6 +155,75 @@ func ReadVersions(ctx context.Context, conn kafka.Connection, topic string) ([]V
 	return r.list, nil
 }
 
+// VersionsReaders reads versions topics again and again, each Read only
+// what was appended since the previous one: for a process that looks at
+// the versions of many tables repeatedly (the runner's topology and its
+// metric). It keeps the newest keep versions of each topic (0: all). Reads
+// take turns; Close ends its clients.
+type VersionsReaders struct {
+	opts []kgo.Opt
+	keep int
+	mu   struct {
+		sync.Mutex
+		readers map[string]*versionsReader
+	}
+}
+
+// NewVersionsReaders reads the versions topics of conn's cluster.
+func NewVersionsReaders(conn kafka.Connection, keep int) (*VersionsReaders, error) {
+	opts, err := conn.Options()
+	if err != nil {
+		return nil, fmt.Errorf("versions readers: %w", err)
+	}
+	r := &VersionsReaders{opts: opts, keep: keep}
+	r.mu.readers = map[string]*versionsReader{}
+	return r, nil
+}
+
+// VersionsRead is what Read found in one versions topic: its versions,
+// oldest first, or why it could not read them.
+type VersionsRead struct {
+	Versions []Version
+	Err      error
+}
+
+// Read reads each topic (each named once) to its end as ReadVersions
+// does, all at once, and returns what it found per topic, in the order
+// given: a topic that does not exist holds no versions, one holding a
+// record that is not a version is changelogfmt.ErrVersion.
+func (r *VersionsReaders) Read(ctx context.Context, topics []string) []VersionsRead {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]VersionsRead, len(topics))
+	readers := make([]*versionsReader, len(topics))
+	for i, topic := range topics {
+		if readers[i] = r.mu.readers[topic]; readers[i] == nil {
+			if readers[i], out[i].Err = newVersionsReader(r.opts, topic, r.keep); out[i].Err == nil {
+				r.mu.readers[topic] = readers[i]
+			}
+		}
+	}
+	_ = each(len(topics), func(i int) error {
+		if out[i].Err == nil {
+			if out[i].Err = readers[i].catchUp(ctx, 0); out[i].Err == nil {
+				out[i].Versions = slices.Clone(readers[i].list)
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// Close closes the clients of every topic read.
+func (r *VersionsReaders) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for topic, vr := range r.mu.readers {
+		vr.cl.Close()
+		delete(r.mu.readers, topic)
+	}
+}
+
 // Upstream tells, for a job whose sources read ebbflow changelogs, which
 // upstream versions it had consumed completely at a checkpoint: per topic
 // read, the newest version (in its versions topic, VersionsTopicOf) whose
