@@ -339,7 +339,9 @@
   }
 
   // lineageSection draws GET /api/v1/topology: per table its newest
-  // version, upstream versions and freshness, then the graph's edges.
+  // version, upstream versions and freshness, its version in the newest
+  // consistent version of its part of the topology and that set's
+  // freshness, then the graph's edges.
   function lineageSection(top) {
     const rows = top.tables.map((t) => el("tr", { "data-table": t.table },
       cell("table", t.table),
@@ -347,10 +349,13 @@
       cell("writers", t.version ? t.version.writers.map((w) => w.job + "@" + w.checkpoint).join(", ") : NA),
       cell("upstream", t.upstream.map((u) => u.table + "@" + u.version).join(", ") || "none"),
       cell("event_time", t.event_time || NA),
-      cell("freshness", t.freshness_seconds === null ? NA : num(t.freshness_seconds, 1) + " s")));
+      cell("freshness", t.freshness_seconds === null ? NA : num(t.freshness_seconds, 1) + " s"),
+      cell("consistent_version", t.consistent_version === null ? NA : String(t.consistent_version)),
+      cell("consistent_freshness", t.consistent_freshness_seconds === null ? NA : num(t.consistent_freshness_seconds, 1) + " s")));
     const edges = top.edges.map((e) => el("li", { "data-from": e.from, "data-to": e.to }, e.from + " → " + e.to));
     return section("Lineage and freshness",
-      rows.length ? table(["table", "newest version", "writers", "upstream versions", "event time covered", "freshness"], rows,
+      rows.length ? table(["table", "newest version", "writers", "upstream versions", "event time covered", "freshness",
+        "consistent version", "consistent freshness"], rows,
         { id: "lineage" }) : el("p", { class: "muted" }, "No tables."),
       el("ul", { id: "lineage-edges" }, ...edges),
       el("p", { class: "muted" }, top.note));
