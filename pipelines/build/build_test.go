@@ -114,7 +114,7 @@ func openEnv(t *testing.T, opts Options, p *pipelines.Pipeline) *Env {
 
 // startJob builds p's job in e, from its latest checkpoint, and runs it
 // under ctx; the channel receives Run's error.
-func startJob(t *testing.T, ctx context.Context, e *Env, p *pipelines.Pipeline) (*Job, <-chan error) {
+func startJob(t testing.TB, ctx context.Context, e *Env, p *pipelines.Pipeline) (*Job, <-chan error) {
 	t.Helper()
 	j, err := e.Build(p, runtime.RestoreLatest)
 	if err != nil {

@@ -2,6 +2,7 @@ package writer_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/valyala/fastjson"
 
@@ -21,15 +23,35 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
 )
 
 var (
-	benchRecords = flag.Int("records", 1_000_000, "records preloaded for BenchmarkKafkaToTable")
-	benchFlush   = flag.Duration("flush", 100*time.Millisecond, "the writer's FlushInterval in BenchmarkKafkaToTable")
-	benchPar     = flag.Int("par", 1, "the job's parallelism in BenchmarkKafkaToTable")
+	benchRecords   = flag.Int("records", 1_000_000, "records preloaded for BenchmarkKafkaToTable")
+	benchFlush     = flag.Duration("flush", 100*time.Millisecond, "the writer's FlushInterval in BenchmarkKafkaToTable")
+	benchPar       = flag.Int("par", 1, "the job's parallelism in BenchmarkKafkaToTable")
+	benchChangelog = flag.Bool("changelog", false, "BenchmarkKafkaToTable also exports the table's changelog (committed mode) to the same broker, "+
+		"with table versions and without (export.Config.NoVersions), in turn: what publishing versions costs")
 )
+
+// benchExport is a changelog variant of BenchmarkKafkaToTable: none, or
+// committed with versions or without.
+type benchExport struct {
+	name       string
+	on         bool
+	noVersions bool
+}
+
+// benchExports are the variants: without -changelog none, with it
+// committed with versions and without, in turn.
+func benchExports() []benchExport {
+	if !*benchChangelog {
+		return []benchExport{{name: "table"}}
+	}
+	return []benchExport{{"changelog", true, false}, {"changelog-no-versions", true, true}}
+}
 
 type purchase struct {
 	user   string
@@ -75,6 +97,11 @@ func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
 // decode → exactly-once writer (sum, count, max per user), checkpoints
 // every second, with and without combining; reported next to the raw
 // franz-go consume rate of the same topic. Run with -benchtime 1x.
+//
+// With -changelog an exporter publishes the table's changelog beside the
+// job (committed mode, to the same broker), with versions and without in
+// turn (so -count N interleaves the pairs): records/s then runs to the
+// changelog's catching up with the table, job-records/s to the job's end.
 func BenchmarkKafkaToTable(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
 	topic := kafkatest.NewTopic(b, brokers, 4)
@@ -87,55 +114,89 @@ func BenchmarkKafkaToTable(b *testing.B) {
 		if noCombine {
 			name = "no-combine"
 		}
-		b.Run(name, func(b *testing.B) {
-			for range b.N {
-				i64 := agg.Type{Kind: agg.KindInt64}
-				tbl, err := aggmerge.Open(b.TempDir(), aggmerge.Schema{
-					Key:     []aggmerge.Column{{Name: "user", Type: agg.Type{Kind: agg.KindString}}},
-					Values:  []aggmerge.Column{{Name: "total", Type: i64, Func: "sum"}, {Name: "n", Type: i64, Func: "count"}, {Name: "top", Type: i64, Func: "max"}},
-					Buckets: 8,
-				}, aggmerge.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: *benchPar,
-					Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
-				src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}},
-					kafka.JSONWith(func(v *fastjson.Value) (purchase, error) {
-						return purchase{user: string(v.GetStringBytes("user")), amount: v.GetInt64("amount")}, nil
-					}))
-				if err != nil {
-					b.Fatal(err)
-				}
-				var seen atomic.Int64
-				counted := runtime.Apply(runtime.FromSource(j, "kafka", src.New), "count",
-					func() runtime.Operator[purchase, purchase] { return counter{&seen, int64(n), j.Stop} })
-				err = writer.To(counted, "table", writer.Config{Table: tbl, NoCombine: noCombine, FlushInterval: *benchFlush},
-					func(p purchase, r *writer.Row) error {
-						r.Key = append(r.Key[:0], agg.StringValue(p.user))
-						r.Vals = append(r.Vals[:0], agg.IntValue(p.amount), agg.IntValue(1), agg.IntValue(p.amount))
-						return nil
-					})
-				if err != nil {
-					b.Fatal(err)
-				}
-				start, cpu0 := time.Now(), cputime.Process()
-				if err := j.Run(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				rate := float64(n) / time.Since(start).Seconds()
-				cpu := cputime.Process() - cpu0
-				var total int64
-				_ = tbl.Scan(func(r aggmerge.Row) error { total += r.Values[1].Int(); return nil })
-				tbl.Close()
-				if total != int64(n) {
-					b.Fatalf("the table counts %d records, want %d", total, n)
-				}
-				b.ReportMetric(rate, "records/s")
-				b.ReportMetric(100*rate/raw, "%raw")
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/rec")
+		for _, ex := range benchExports() {
+			b.Run(name+"/"+ex.name, func(b *testing.B) { kafkaToTable(b, brokers, topic, n, raw, noCombine, ex) })
+		}
+	}
+}
+
+// kafkaToTable runs BenchmarkKafkaToTable's job b.N times.
+func kafkaToTable(b *testing.B, brokers []string, topic string, n int, raw float64, noCombine bool, ex benchExport) {
+	for range b.N {
+		i64 := agg.Type{Kind: agg.KindInt64}
+		tbl, err := aggmerge.Open(b.TempDir(), aggmerge.Schema{
+			Key:     []aggmerge.Column{{Name: "user", Type: agg.Type{Kind: agg.KindString}}},
+			Values:  []aggmerge.Column{{Name: "total", Type: i64, Func: "sum"}, {Name: "n", Type: i64, Func: "count"}, {Name: "top", Type: i64, Func: "max"}},
+			Buckets: 8,
+		}, aggmerge.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: *benchPar,
+			Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
+		src, err := kafka.NewSource(kafka.Config{Connection: kafka.Connection{Brokers: brokers}, Topics: []string{topic}},
+			kafka.JSONWith(func(v *fastjson.Value) (purchase, error) {
+				return purchase{user: string(v.GetStringBytes("user")), amount: v.GetInt64("amount")}, nil
+			}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var seen atomic.Int64
+		counted := runtime.Apply(runtime.FromSource(j, "kafka", src.New), "count",
+			func() runtime.Operator[purchase, purchase] { return counter{&seen, int64(n), j.Stop} })
+		err = writer.To(counted, "table", writer.Config{Table: tbl, NoCombine: noCombine, FlushInterval: *benchFlush},
+			func(p purchase, r *writer.Row) error {
+				r.Key = append(r.Key[:0], agg.StringValue(p.user))
+				r.Vals = append(r.Vals[:0], agg.IntValue(p.amount), agg.IntValue(1), agg.IntValue(p.amount))
+				return nil
+			})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var x *export.Exporter
+		exported := make(chan error, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		if ex.on {
+			cl := kafkatest.NewTopic(b, brokers, 8)
+			if x, err = export.New(export.Config{Table: tbl, Name: "bench", Topic: cl, Kafka: kafka.Connection{Brokers: brokers},
+				Mode: export.Committed, NoVersions: ex.noVersions, Registerer: prometheus.NewRegistry()}); err != nil {
+				b.Fatal(err)
 			}
-		})
+		}
+		start, cpu0 := time.Now(), cputime.Process()
+		if x != nil {
+			go func() { exported <- x.Run(ctx) }()
+		}
+		if err := j.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		jobRate := float64(n) / time.Since(start).Seconds()
+		if x != nil {
+			for !slices.Equal(x.Exported(), tbl.LogEnds()) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		rate := float64(n) / time.Since(start).Seconds()
+		cpu := cputime.Process() - cpu0
+		cancel()
+		if x != nil {
+			if err := <-exported; err != nil && !errors.Is(err, context.Canceled) {
+				b.Fatal(err)
+			}
+			if _, published := x.LastVersion(); published == ex.noVersions {
+				b.Fatalf("%s: a version published: %v", ex.name, published)
+			}
+			b.ReportMetric(jobRate, "job-records/s")
+		}
+		var total int64
+		_ = tbl.Scan(func(r aggmerge.Row) error { total += r.Values[1].Int(); return nil })
+		tbl.Close()
+		if total != int64(n) {
+			b.Fatalf("the table counts %d records, want %d", total, n)
+		}
+		b.ReportMetric(rate, "records/s")
+		b.ReportMetric(100*rate/raw, "%raw")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/rec")
 	}
 }
 
