@@ -64,6 +64,7 @@ type benchWriter struct {
 	commit []uint64
 	ckpt   uint64
 	i      int
+	users  int // keys written over (10,000)
 }
 
 func newBenchWriter(b *testing.B, tbl *aggmerge.Table) *benchWriter {
@@ -75,15 +76,15 @@ func newBenchWriter(b *testing.B, tbl *aggmerge.Table) *benchWriter {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchWriter{tbl: tbl, w: aggmerge.Writer{ID: "bench/sink#0", Epoch: epoch}, b: batch, commit: make([]uint64, tbl.Schema().Buckets)}
+	return &benchWriter{tbl: tbl, w: aggmerge.Writer{ID: "bench/sink#0", Epoch: epoch}, b: batch, commit: make([]uint64, tbl.Schema().Buckets), users: 10_000}
 }
 
-// write applies n writes over 10,000 users, stamped with the current time.
+// write applies n writes over w.users users, stamped with the current time.
 func (w *benchWriter) write(b *testing.B, n int) {
 	now := agg.IntValue(time.Now().UnixMicro())
 	for range n {
 		w.i++
-		if err := w.b.Upsert(aggmerge.Aggregate, []agg.Value{agg.IntValue(int64(w.i * 7919 % 10_000))},
+		if err := w.b.Upsert(aggmerge.Aggregate, []agg.Value{agg.IntValue(int64(w.i * 7919 % w.users))},
 			[]agg.Value{agg.IntValue(int64(w.i % 100)), agg.IntValue(1), now}); err != nil {
 			b.Fatal(err)
 		}
@@ -338,4 +339,48 @@ func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// BenchmarkRowsAt times Exporter.RowsAt, the hosting runner's read of a
+// table at a version (the fast path of a consistent snapshot): a table of
+// 100k rows (one write each), its newest version, the rows as of it.
+//
+//	go test -run XXX -bench RowsAt -benchtime 20x ./sink/aggmerge/export/
+func BenchmarkRowsAt(b *testing.B) {
+	const rows = 100_000
+	brokers := kafkatest.Brokers(b)
+	tbl, err := aggmerge.Open(b.TempDir(), benchSchema(), aggmerge.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tbl.Close()
+	w := newBenchWriter(b, tbl)
+	w.users = rows
+	for range rows / 1000 {
+		w.write(b, 1000)
+	}
+	w.checkpoint(b)
+	topic := kafkatest.NewTopic(b, brokers, tbl.Schema().Buckets)
+	x, err := New(Config{Table: tbl, Name: topic, Topic: topic, Kafka: kafka.Connection{Brokers: brokers}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var v Version
+	for ok := false; !ok; _ = ok {
+		if v, ok = x.LastVersion(); !ok {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	cpu0 := cputime.Process()
+	for b.Loop() {
+		got, ok, err := x.RowsAt(&v)
+		if err != nil || !ok || len(got) != rows {
+			b.Fatalf("rows at version %d: %d rows, %v, %v; want %d", v.Version, len(got), ok, err, rows)
+		}
+	}
+	b.ReportMetric(float64((cputime.Process()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
