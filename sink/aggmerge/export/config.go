@@ -26,6 +26,14 @@ type Config struct {
 	Topic string
 	// Kafka is the connection to the cluster of the topic.
 	Kafka kafka.Connection
+	// Buckets, if set, are the only buckets this exporter exports: an
+	// instance of a scaled job holds only the buckets it owns, and the
+	// topic's other partitions are other instances' exporters' (each with
+	// its own transactional id and versions topic), neither read nor
+	// checked here. A version's EndOffsets then name these partitions
+	// only (0 elsewhere): ReadShared joins the owners' versions. Nil:
+	// every bucket.
+	Buckets []int
 	// Mode is Committed (default) or Uncommitted.
 	Mode Mode
 	// Format is UpsertJSON (default) or DebeziumJSON.
@@ -150,6 +158,14 @@ func (c *Config) validate() error {
 	}
 	if len(c.Kafka.Brokers) == 0 {
 		errs = append(errs, errors.New("no brokers"))
+	}
+	if c.Table != nil {
+		n := c.Table.Schema().Buckets
+		for _, b := range c.Buckets {
+			if b < 0 || b >= n {
+				errs = append(errs, fmt.Errorf("bucket %d of a table of %d buckets", b, n))
+			}
+		}
 	}
 	switch c.Mode {
 	case Committed, Uncommitted:

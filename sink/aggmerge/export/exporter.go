@@ -22,6 +22,7 @@ import (
 type Exporter struct {
 	cfg     Config
 	buckets int
+	owned   []int // the buckets exported (Config.Buckets, else all)
 	enc     encoder
 	log     *slog.Logger
 	m       *metrics
@@ -64,12 +65,19 @@ func New(cfg Config) (*Exporter, error) {
 	if err := cfg.Registerer.Register(newFreshnessMetric(x)); err != nil {
 		return nil, fmt.Errorf("changelog exporter: register metrics: %w", err)
 	}
+	x.owned = slices.Clone(cfg.Buckets)
+	if x.owned == nil {
+		x.owned = make([]int, x.buckets)
+		for b := range x.owned {
+			x.owned[b] = b
+		}
+	}
 	x.mu.retain = make([]uint64, x.buckets)
 	x.mu.done = make([]uint64, x.buckets)
 	// Hold the log from its start at once, before a writer's retention may
 	// truncate it, and while Run finds, from the topic, where it stands.
 	start := map[int]uint64{}
-	for b := range x.buckets {
+	for _, b := range x.owned {
 		s, _, err := cfg.Table.LogOffsets(b)
 		if err != nil {
 			return nil, err
@@ -223,7 +231,7 @@ func (x *Exporter) session(ctx context.Context) error {
 // of the next changes overlaps the produce requests of the earlier ones.
 // It returns the records committed.
 func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int, error) {
-	held := map[int]uint64{} // the restart point of each bucket's last record
+	held := map[int]uint64{} // by cursor: the restart point of its bucket's last record
 	// The writers' checkpoints before the log ends: their commit markers
 	// are below the ends (see writerCheckpoints).
 	var ws writers
@@ -255,7 +263,7 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 		share := (budget + pending - 1) / pending
 		var recs []*kgo.Record
 		for pass := range 2 {
-			for _, c := range cs {
+			for i, c := range cs {
 				left := budget - tx.records
 				if c.done >= ends[c.bucket] || left <= 0 {
 					continue
@@ -265,7 +273,7 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 				}
 				emit := func(ch *change) error {
 					recs = x.enc.records(recs[:0], c.bucket, ch)
-					held[c.bucket] = ch.resume
+					held[i] = ch.resume
 					for _, r := range recs {
 						if err := tx.produce(r); err != nil {
 							return err
@@ -294,8 +302,8 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 	if err := x.commit(tx, due); err != nil {
 		return 0, err
 	}
-	for b, off := range held {
-		cs[b].held = off
+	for i, off := range held {
+		cs[i].held = off
 	}
 	if err := x.publish(cs); err != nil {
 		return 0, err

@@ -136,7 +136,7 @@ func (x *Exporter) closeFormer(ctx context.Context, conn []kgo.Opt) error {
 // readLast reads what the last committed record of every partition of
 // the changelog says.
 func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Opt) ([]lastExported, error) {
-	recs, err := lastCommitted(ctx, adm, opts, x.cfg.Topic, x.buckets)
+	recs, err := lastCommitted(ctx, adm, opts, x.cfg.Topic, x.owned)
 	if err != nil {
 		return nil, err
 	}
@@ -156,11 +156,11 @@ func (x *Exporter) readLast(ctx context.Context, adm *kadm.Client, opts []kgo.Op
 	return out, nil
 }
 
-// lastCommitted finds the last committed record of every partition of
-// topic (nil where there is none), reading backwards in doubling windows:
-// aborted records and transaction markers at the end of a partition are
-// not records of it.
-func lastCommitted(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, topic string, partitions int) ([]*kgo.Record, error) {
+// lastCommitted finds the last committed record of each of the partitions
+// of topic (absent where there is none), reading backwards in doubling
+// windows: aborted records and transaction markers at the end of a
+// partition are not records of it.
+func lastCommitted(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, topic string, partitions []int) (map[int]*kgo.Record, error) {
 	ends, err := adm.ListCommittedOffsets(ctx, topic) // the last stable offsets
 	if err == nil {
 		err = ends.Error()
@@ -175,10 +175,11 @@ func lastCommitted(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, topic 
 	if err != nil {
 		return nil, fmt.Errorf("list start offsets of %q: %w", topic, err)
 	}
-	out := make([]*kgo.Record, partitions)
+	out := map[int]*kgo.Record{}
 	type window struct{ from, until, start int64 }
 	todo := map[int32]window{}
-	for p := range int32(partitions) {
+	for _, pi := range partitions {
+		p := int32(pi)
 		s, _ := starts.Lookup(topic, p)
 		e, _ := ends.Lookup(topic, p)
 		if e.Offset > s.Offset {
@@ -204,7 +205,7 @@ func lastCommitted(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, topic 
 				todo[p] = window{from: max(w.start, w.from-2*(w.until-w.from)), until: w.from, start: w.start}
 				continue
 			}
-			out[p] = r
+			out[int(p)] = r
 			delete(todo, p)
 		}
 	}
@@ -257,9 +258,9 @@ func readWindows(ctx context.Context, topic string, opts []kgo.Opt, from map[int
 // cursors turns the last exported records into export positions, checked
 // against the table's logs.
 func (x *Exporter) cursors(last []lastExported) ([]*cursor, error) {
-	cs := make([]*cursor, x.buckets)
+	cs := make([]*cursor, len(x.owned))
 	id := x.cfg.Table.ID().String()
-	for b := range cs {
+	for i, b := range x.owned {
 		start, end, err := x.cfg.Table.LogOffsets(b)
 		if err != nil {
 			return nil, err
@@ -285,7 +286,7 @@ func (x *Exporter) cursors(last []lastExported) ([]*cursor, error) {
 		default:
 			c.done, c.resume, c.held = l.offset+1, l.resume, l.resume
 		}
-		cs[b] = c
+		cs[i] = c
 	}
 	return cs, nil
 }

@@ -217,7 +217,7 @@ func (x *Exporter) dueVersion(ctx context.Context, cs []*cursor, ends []uint64, 
 	}
 	v := &Version{Table: x.cfg.Name, TableID: x.enc.id, Topic: x.cfg.Topic, ChangelogFormat: string(x.cfg.Format), Writers: ws.checkpoints,
 		EventTimeMs: math.MaxInt64}
-	x.ver.dueLog = make([]uint64, len(cs))
+	x.ver.dueLog = make([]uint64, x.buckets) // 0 in the buckets not exported (Config.Buckets)
 	for _, c := range cs {
 		x.ver.dueLog[c.bucket] = min(c.done, ends[c.bucket])
 	}
@@ -355,7 +355,7 @@ func (x *Exporter) resumeVersions(ctx context.Context, adm *kadm.Client, conn []
 	if err := x.ensureTopic(ctx, adm, x.cfg.VersionsTopic, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		return err
 	}
-	recs, err := lastCommitted(ctx, adm, conn, x.cfg.VersionsTopic, 1)
+	recs, err := lastCommitted(ctx, adm, conn, x.cfg.VersionsTopic, []int{0})
 	if err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func LatestVersion(ctx context.Context, conn kafka.Connection, topic string) (v 
 		return Version{}, false, fmt.Errorf("latest version of %q: %w", topic, err)
 	}
 	defer cl.Close()
-	recs, err := lastCommitted(ctx, kadm.NewClient(cl), opts, topic, 1)
+	recs, err := lastCommitted(ctx, kadm.NewClient(cl), opts, topic, []int{0})
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return Version{}, false, nil
 	}
