@@ -17,11 +17,14 @@ import (
 
 // TestAbuseScaleTwoRunners runs the orders job in scale mode in two runner
 // processes (docs/SCALING.md), each with its own data directory and
-// --set job.scale.instance, on one Kafka cluster. Orders arrive before
-// and while both run. Each runner's table holds only the buckets it owns,
-// so no user is in both; together they equal the exact totals, last_value
-// columns included (a user's orders keep their order through the
-// repartition topic); and both took part.
+// --set job.scale.instance, on one Kafka cluster, the table's changelog
+// exported by both. Orders arrive before and while both run. Each
+// runner's table holds only the buckets it owns, so no user is in both,
+// and its table scan says which; together they equal the exact totals,
+// last_value columns included (a user's orders keep their order through
+// the repartition topic); and both took part. table scan --all, through
+// either runner and, once both stopped, from the job file alone, reads
+// the whole table from the changelog: the exact totals.
 func TestAbuseScaleTwoRunners(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -34,6 +37,7 @@ func TestAbuseScaleTwoRunners(t *testing.T) {
 	feed.produce(500)
 
 	sc := newScaled(t, brokers, topic, nil)
+	sc.args = append(sc.args, "--set", "sink.table.changelog={topic: "+kafkatest.TopicName(t, brokers)+"}")
 	runners := []*child{sc.start(0), sc.start(1)}
 	kafkatest.WaitGroupShared(t, brokers, sc.group, 2)
 	for range 5 {
@@ -41,6 +45,12 @@ func TestAbuseScaleTwoRunners(t *testing.T) {
 	}
 
 	sc.waitExact(runners, feed, seed)
+	sc.checkOwnScans()
+	for i, dir := range sc.dirs {
+		waitFor(t, runners[i], 60*time.Second, "table scan --all through runner "+strconv.Itoa(i)+" to give the exact totals", func() bool {
+			return sc.scanAll(feed, "--data-dir", dir) == ""
+		})
+	}
 	for _, dir := range sc.dirs {
 		_, metrics := httpGet(t, "http://"+liveRunner(dir)+"/metrics")
 		for _, want := range []string{`ebbflow_repartition_owned_partitions{job="` + sc.job + `"} 4`,
@@ -57,6 +67,53 @@ func TestAbuseScaleTwoRunners(t *testing.T) {
 	if sizes[0] == 0 || sizes[1] == 0 {
 		t.Fatalf("a runner holds no rows: %v", sizes)
 	}
+	sc.checkOwnScans()
+	// No runner: the job file (with run's --set) names the changelog, its
+	// brokers and the instances.
+	offline := []string{"-f", "testdata/orders.yaml", "--set", fmt.Sprintf("job.scale={mode: kafka, instances: 2, repartition_topic: %s}", sc.repartition)}
+	for i, a := range sc.args {
+		if a == "--set" {
+			offline = append(offline, a, sc.args[i+1])
+		}
+	}
+	if d := sc.scanAll(feed, offline...); d != "" {
+		t.Fatalf("seed %d: table scan --all from the job file, both runners stopped: %s", seed, d)
+	}
+	_, stderr, code := runCLIErr(t, nil, "table", "scan", "--all", "--data-dir", sc.dirs[0], "--table", "totals")
+	if code != exitUsage || !strings.Contains(stderr, "give the job file") {
+		t.Fatalf("table scan --all of a stopped instance without its job file: exit %d, want %d saying to give the job file:\n%s", code, exitUsage, stderr)
+	}
+}
+
+// checkOwnScans checks that each runner's table scan (through the runner
+// while it runs, from its files once stopped) shows only its buckets, and
+// says which: instance i holds the buckets b with b mod 2 = i of 8.
+func (sc *scaled) checkOwnScans() {
+	sc.t.Helper()
+	for i, dir := range sc.dirs {
+		out, stderr, code := runCLIErr(sc.t, nil, "table", "scan", "--data-dir", dir, "--table", "totals", "-o", "json")
+		buckets := map[int]string{0: "0, 2, 4, 6", 1: "1, 3, 5, 7"}[i]
+		want := fmt.Sprintf("holds only the buckets of instance %d of 2 of the scaled job %q: 4 of 8 buckets (%s)", i, sc.job, buckets)
+		if code != 0 || !strings.Contains(stderr, want) {
+			sc.t.Fatalf("table scan of instance %d: exit %d, stderr does not say %q:\n%s", i, code, want, stderr)
+		}
+		if len(jsonRows(sc.t, out, "user")) == 0 {
+			sc.t.Fatalf("table scan of instance %d: no rows", i)
+		}
+	}
+}
+
+// scanAll runs table scan --all with args and says how its rows differ
+// from the exact totals ("" when they equal them).
+func (sc *scaled) scanAll(feed *orderFeed, args ...string) string {
+	out, stderr, code := runCLIErr(sc.t, nil, slices.Concat([]string{"table", "scan", "--all", "--table", "totals", "-o", "json"}, args)...)
+	if code != 0 {
+		return fmt.Sprintf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "whole, every instance's buckets, from its changelog") {
+		return "it does not say it read the whole table: " + stderr
+	}
+	return equalTotals(jsonRows(sc.t, out, "user"), feed.want)
 }
 
 // TestAbuseScaleSIGKILL kills one of the two runners of a scaled job with

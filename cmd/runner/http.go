@@ -538,6 +538,9 @@ type tableInfo struct {
 	Buckets int               `json:"buckets"`
 	Key     []aggmerge.Column `json:"key"`
 	Columns []aggmerge.Column `json:"columns"`
+	// Scale, for a table of a scaled job, says which buckets this runner
+	// holds (the others are other instances').
+	Scale *tableScale `json:"scale,omitempty"`
 	tableDetail
 }
 
@@ -548,18 +551,33 @@ func (r *runner) apiTables(w http.ResponseWriter, _ *http.Request) {
 		t, _ := r.env.Table(name)
 		s := t.Schema()
 		tables = append(tables, tableInfo{Name: name, Rows: t.Count(), Buckets: s.Buckets, Key: s.Key, Columns: s.Values,
-			tableDetail: tableDetailOf(t, undos)})
+			Scale: r.scaleOf(name, s.Buckets), tableDetail: tableDetailOf(t, undos)})
 	}
 	writeJSON(w, http.StatusOK, tables)
 }
 
 // apiRows writes the rows of a table (or the one of ?key=) as JSON, one
-// object per line.
+// object per line; with ?all=true, a scaled job's whole table
+// (apiAllRows).
 func (r *runner) apiRows(w http.ResponseWriter, req *http.Request) {
 	t, ok := r.env.Table(req.PathValue("name"))
 	if !ok {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no table %q", req.PathValue("name"))})
 		return
+	}
+	q := req.URL.Query()
+	if s := q.Get("all"); s != "" {
+		all, err := strconv.ParseBool(s)
+		switch {
+		case err != nil:
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("all=%q: want true or false", s)})
+			return
+		case all && q.Get("key") != "":
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "give all or key"})
+			return
+		case all && r.apiAllRows(w, req, t):
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	out := &jsonLines{w: w, cols: columns(t.Schema())}

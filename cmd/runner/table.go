@@ -23,13 +23,22 @@ type tableFlags struct {
 	table, key, output, address string
 	// allowLostWrites reads a table whose log lost synced writes, warning.
 	allowLostWrites bool
+	// all reads the whole table of a scaled job, every instance's buckets,
+	// from its changelog.
+	all bool
 }
 
 func newTableCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "table", Short: "Read a table (from a stopped runner's data directory, or through a running one), or release a removed job's hold on it"}
 	var f tableFlags
-	scan := &cobra.Command{Use: "scan", Short: "Print every row (or the row of --key)",
-		RunE: func(cmd *cobra.Command, _ []string) error { return tableRead(cmd.OutOrStdout(), cmd.ErrOrStderr(), &f) }}
+	scan := &cobra.Command{Use: "scan", Short: "Print every row (or the row of --key); --all: every instance's rows of a scaled job",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.all && f.key != "" {
+				return usageErr("give --all or --key: --all reads every row of the whole table")
+			}
+			return tableRead(cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
+		}}
+	scan.Flags().BoolVar(&f.all, "all", false, "a scaled job's table (docs/SCALING.md): read every instance's buckets from the changelog, at each instance's newest committed version (through the runner, else from the job files' Kafka); other tables are whole anyway")
 	get := &cobra.Command{Use: "get", Short: "Print the row of --key",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.key == "" {
@@ -156,7 +165,12 @@ func tableRead(w, stderr io.Writer, f *tableFlags) error {
 		return err
 	}
 	if e != nil {
-		return remoteRows(e, f.table, f.key, out)
+		return remoteRows(e, stderr, f, out)
+	}
+	if f.all {
+		if ok, err := offlineAll(stderr, f, out); ok {
+			return err
+		}
 	}
 	t, unlock, err := openTableLocked(f.dataDir, f.table, aggmerge.Options{AcceptLogLoss: f.allowLostWrites})
 	if err != nil {
@@ -164,6 +178,17 @@ func tableRead(w, stderr io.Writer, f *tableFlags) error {
 	}
 	defer unlock()
 	defer t.Close()
+	sc, err := localScale(f.dataDir, t)
+	if err != nil {
+		return err
+	}
+	if sc != nil && f.all {
+		return usageErr("table %q holds only instance %d of %d of the scaled job %q, and no runner runs on %s: "+
+			"give the job file (-f, with the --set of run) to read the whole table from its changelog", f.table, sc.Instance, sc.Instances, sc.Job, f.dataDir)
+	}
+	if sc != nil {
+		fmt.Fprintln(stderr, sc.note(f.table))
+	}
 	if err := t.LogLoss(); err != nil {
 		fmt.Fprintf(stderr, "runner: WARNING: table %q is damaged, these rows miss writes that were synced: %v\n", f.table, err)
 	}
@@ -198,25 +223,31 @@ func readRows(t *aggmerge.Table, key string, fn func([]string) error) error {
 	return emit(r)
 }
 
-// remoteRows reads a table through a running runner's API.
-func remoteRows(e *endpoint, table, key string, out *rowWriter) error {
+// remoteRows reads a table through a running runner's API: with --all,
+// a scaled job's whole table, which the runner reads from the changelog.
+func remoteRows(e *endpoint, stderr io.Writer, f *tableFlags, out *rowWriter) error {
+	table := f.table
 	var tables []tableInfo
 	if err := e.getJSON("/api/v1/tables", &tables); err != nil {
 		return err
 	}
 	var cols, names []string
+	var part *tableScale
 	for _, t := range tables {
 		names = append(names, t.Name)
 		if t.Name == table {
-			cols = columns(aggmerge.Schema{Key: t.Key, Values: t.Columns})
+			cols, part = columns(aggmerge.Schema{Key: t.Key, Values: t.Columns}), t.Scale
 		}
 	}
 	if cols == nil {
 		return noSuch("table", table, "in the runner at "+e.addr, names)
 	}
 	path := "/api/v1/tables/" + url.PathEscape(table) + "/rows"
-	if key != "" {
-		path += "?key=" + url.QueryEscape(key)
+	switch {
+	case f.key != "":
+		path += "?key=" + url.QueryEscape(f.key)
+	case f.all && part != nil:
+		path += "?all=true"
 	}
 	resp, err := e.do(http.MethodGet, path)
 	if err != nil {
@@ -225,6 +256,12 @@ func remoteRows(e *endpoint, table, key string, out *rowWriter) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return e.refused(fmt.Sprintf("read table %q", table), resp)
+	}
+	switch {
+	case f.all && part != nil:
+		fmt.Fprintln(stderr, sharedNote(table, strings.Split(resp.Header.Get(versionsHeader), ",")))
+	case part != nil:
+		fmt.Fprintln(stderr, part.note(table))
 	}
 	out.header(cols)
 	sc := bufio.NewScanner(resp.Body)

@@ -160,7 +160,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 				}
 			}
 			if cl := t.Spec.Changelog; cl != nil && changelogs[name] == nil {
-				changelogs[name] = &changelogSpec{spec: cl, job: p.Spec.Job.Name, interval: p.Spec.Checkpoint.Interval.Std()}
+				changelogs[name] = &changelogSpec{spec: cl, job: p.Spec.Job.Name, interval: p.Spec.Checkpoint.Interval.Std(), scale: p.Spec.Job.Scale}
 			}
 		}
 	}
@@ -197,16 +197,25 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 			return err
 		}
 		id := TransactionalID(deployment, cl.job, name, cl.spec.TransactionalID)
+		if cl.scale != nil && cl.spec.TransactionalID != "" {
+			id = fmt.Sprintf("%s-%d", id, cl.scale.Instance) // the instances share the file, not the id
+		}
 		former := slices.DeleteFunc(exporterHolds, func(h string) bool { return h == id })
 		conn, err := e.KafkaConnection(cl.spec.Connection)
 		if err != nil {
 			return fmt.Errorf("table %q changelog: %w", name, err)
 		}
-		x, err := export.New(export.Config{Table: t, Name: name, Topic: cl.spec.Topic, Kafka: conn,
+		xcfg := export.Config{Table: t, Name: name, Topic: cl.spec.Topic, Kafka: conn,
 			TransactionalID: id, FormerTransactionalIDs: former,
 			Mode: export.Mode(cl.spec.Mode), Format: export.Format(cl.spec.Format), CheckpointInterval: cl.interval,
 			Writers: writerIDs[name], Upstream: e.upstream, VersionsFile: VersionsFile(e.opts.DataDir, name),
-			Registerer: e.opts.Registerer, Logger: e.log})
+			Registerer: e.opts.Registerer, Logger: e.log}
+		if sc := cl.scale; sc != nil {
+			// An instance exports the buckets it owns, with versions of its
+			// own: the instances share the topic (docs/SCALING.md).
+			xcfg.Buckets, xcfg.VersionsTopic = OwnedBuckets(sc, t.Schema().Buckets), ScaledVersionsTopic(cl.spec.Topic, sc.Instance)
+		}
+		x, err := export.New(xcfg)
 		if err != nil {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
@@ -286,6 +295,7 @@ type changelogSpec struct {
 	spec     *pipelines.Changelog
 	job      string // the job whose file declares it
 	interval time.Duration
+	scale    *pipelines.Scale // of the job, when scaled: it exports its buckets only
 }
 
 // registerTable adds the table's row count to the metrics.

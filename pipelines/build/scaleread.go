@@ -1,0 +1,102 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+
+	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
+	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
+)
+
+// OwnedBuckets returns the buckets that instance sc.Instance of a scaled
+// job applies, of a table of buckets buckets: those of the repartition
+// partitions it owns (a partition per bucket), sorted.
+func OwnedBuckets(sc *pipelines.Scale, buckets int) []int {
+	parts := repartition.Owned(buckets, sc.Instance, sc.Instances)
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		out[i] = int(p)
+	}
+	return out
+}
+
+// ScaledVersionsTopic is the versions topic of instance i of a scaled
+// job whose table's changelog is topic: each instance publishes the
+// versions of the buckets it exports to its own ("<topic>.versions.<i>"),
+// as each has its own table (export.ReadShared joins them).
+func ScaledVersionsTopic(topic string, i int) string {
+	return changelogfmt.VersionsTopic(topic) + "." + strconv.Itoa(i)
+}
+
+// ScaleInfo says which part of a scaled job's table a data directory
+// holds: what it recorded on the job's first start.
+type ScaleInfo struct {
+	Job                 string
+	Instance, Instances int
+	Topic               string // the repartition topic
+}
+
+// ReadScaleInfo reads which instance of job the data directory runs; ok
+// is false when the job is not scaled there.
+func ReadScaleInfo(dataDir, job string) (info ScaleInfo, ok bool, err error) {
+	path := scaleFile(dataDir, job)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ScaleInfo{}, false, nil
+	}
+	if err != nil {
+		return ScaleInfo{}, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	var l scaleLayout
+	if err := json.Unmarshal(b, &l); err != nil {
+		return ScaleInfo{}, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return ScaleInfo{Job: job, Instance: l.Instance, Instances: l.Instances, Topic: l.Topic}, true, nil
+}
+
+// ScaledWriter finds the scaled job among ps that writes table: a scaled
+// job has one sink, so it holds only its instance's buckets of it. ok is
+// false when no scaled job writes it.
+func ScaledWriter(ps []*pipelines.Pipeline, table string) (p *pipelines.Pipeline, ok bool) {
+	for _, p := range ps {
+		if p.Spec.Job.Scale != nil && len(p.Tables) > 0 && p.Tables[0].Spec.Name == table {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// ErrNoChangelog marks a whole-table read of a scaled table without a
+// changelog: its rows are only in the instances' tables.
+var ErrNoChangelog = errors.New("build: the scaled table has no changelog to read it whole from")
+
+// ReadScaled reads the whole table of the scaled job p, every instance's
+// buckets, from its changelog topic at each instance's newest committed
+// version (export.ReadShared), from any process that reaches the
+// changelog's cluster.
+func (e *Env) ReadScaled(ctx context.Context, p *pipelines.Pipeline) (*export.SharedTable, error) {
+	t := p.Tables[0]
+	cl := t.Spec.Changelog
+	if cl == nil {
+		return nil, fmt.Errorf("%w: table %q of job %q: give it a changelog (sink.table.changelog) to read it whole", ErrNoChangelog, t.Spec.Name, p.Spec.Job.Name)
+	}
+	conn, err := e.KafkaConnection(cl.Connection)
+	if err != nil {
+		return nil, err
+	}
+	sc := *p.Spec.Job.Scale
+	cfg := export.SharedConfig{Kafka: conn, Topic: cl.Topic, Format: export.Format(cl.Format)}
+	for i := range sc.Instances {
+		sc.Instance = i
+		cfg.Owners = append(cfg.Owners, export.Owner{Name: fmt.Sprintf("instance %d of %d", i, sc.Instances),
+			VersionsTopic: ScaledVersionsTopic(cl.Topic, i), Partitions: OwnedBuckets(&sc, t.Spec.Buckets)})
+	}
+	return export.ReadShared(ctx, cfg)
+}
