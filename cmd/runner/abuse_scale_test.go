@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 )
 
 // TestAbuseScaleTwoRunners runs the orders job in scale mode in two runner
@@ -46,6 +49,22 @@ func TestAbuseScaleTwoRunners(t *testing.T) {
 
 	sc.waitExact(runners, feed, seed)
 	sc.checkOwnScans()
+	// Each /readyz names the instance's buckets and its input partitions;
+	// together they hold the input's three, each once.
+	waitFor(t, runners[0], 60*time.Second, "/readyz of both runners to name all input partitions, each once", func() bool {
+		seen := map[int32]int{}
+		for i, dir := range sc.dirs {
+			_, st := readyScale(t, dir)
+			want := []int{i, i + 2, i + 4, i + 6}
+			if st == nil || !slices.Equal(st.OwnedBuckets, want) || st.Buckets != 8 || st.Instance != i || !st.Stage1Healthy {
+				t.Fatalf("/readyz of instance %d: scale %+v, want owned buckets %v of 8, stage 1 healthy", i, st, want)
+			}
+			for _, p := range st.InputPartitions[topic] {
+				seen[p]++
+			}
+		}
+		return len(seen) == 3 && seen[0] == 1 && seen[1] == 1 && seen[2] == 1
+	})
 	for i, dir := range sc.dirs {
 		waitFor(t, runners[i], 60*time.Second, "table scan --all through runner "+strconv.Itoa(i)+" to give the exact totals", func() bool {
 			return sc.scanAll(feed, "--data-dir", dir) == ""
@@ -83,6 +102,82 @@ func TestAbuseScaleTwoRunners(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "give the job file") {
 		t.Fatalf("table scan --all of a stopped instance without its job file: exit %d, want %d saying to give the job file:\n%s", code, exitUsage, stderr)
 	}
+}
+
+// readyScale reads the runner's /readyz: its status code and what the
+// scaled job's instance owns.
+func readyScale(t *testing.T, dir string) (int, *scaleStatus) {
+	t.Helper()
+	code, body := httpGet(t, "http://"+liveRunner(dir)+"/readyz")
+	var r struct{ Jobs []jobStatus }
+	if err := json.Unmarshal([]byte(body), &r); err != nil || len(r.Jobs) != 1 {
+		t.Fatalf("/readyz: %v: %s", err, body)
+	}
+	return code, r.Jobs[0].Scale
+}
+
+// TestAbuseScaleBrokerOutage stops the Kafka broker under a scaled
+// runner and starts it again: stage 1's failures (its poll, its commit)
+// are retried with a backoff instead of ending the runner; meanwhile
+// /readyz is 503 and names stage 1's failure, and /metrics counts it.
+// After the broker is back the runner is ready again and its table holds
+// the exact totals of the orders before and after the outage.
+func TestAbuseScaleBrokerOutage(t *testing.T) {
+	opts := embedded.Options{Port: kafkatest.FreePort(t), DataDir: t.TempDir()}
+	b, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() }) // after the topics' cleanups
+	brokers := b.Addrs()
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(3)), want: map[string]*userTotal{}}
+	feed.produce(200)
+	job, dir := uniqueJob(), t.TempDir()
+	c := start(t, nil, slices.Concat(scaledArgs(brokers, topic, job), []string{"--data-dir", dir,
+		"--set", "job.scale={mode: kafka, instances: 1, repartition_topic: " + kafkatest.TopicName(t, brokers) + "}"})...)
+	exact := func() bool {
+		return liveRunner(dir) != "" && equalTotals(scanJSON(t, dir, "totals", "user"), feed.want) == ""
+	}
+	waitFor(t, c, 60*time.Second, "the exact totals before the outage", exact)
+
+	b.Close()
+	waitFor(t, c, 60*time.Second, "/readyz to say stage 1 fails, and /metrics to count two failures", func() bool {
+		if liveRunner(dir) == "" {
+			return false // ended: waitFor says so
+		}
+		code, st := readyScale(t, dir)
+		_, metrics := httpGet(t, "http://"+liveRunner(dir)+"/metrics")
+		return code == http.StatusServiceUnavailable && st != nil && !st.Stage1Healthy && strings.Contains(st.Stage1Error, "retrying") &&
+			metricAtLeast(metrics, `ebbflow_repartition_failures_total{job="`+job+`"}`, 2)
+	})
+	select {
+	case <-c.done:
+		t.Fatalf("the runner ended during the outage: %v; log:\n%s", c.err, c.stderr.String())
+	default:
+	}
+	if b, err = embedded.Start(opts); err != nil {
+		t.Fatalf("restart the broker: %v", err)
+	}
+	feed.produce(200)
+	waitFor(t, c, 120*time.Second, "the exact totals after the outage", exact)
+	waitFor(t, c, 60*time.Second, "/readyz to be ready again", func() bool {
+		code, st := readyScale(t, dir)
+		return code == http.StatusOK && st != nil && st.Stage1Healthy
+	})
+	stopGracefully(t, c)
+}
+
+// metricAtLeast reports whether the exposition text has the sample
+// series with a value of at least min.
+func metricAtLeast(text, series string, min float64) bool {
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return err == nil && f >= min
+		}
+	}
+	return false
 }
 
 // checkOwnScans checks that each runner's table scan (through the runner

@@ -351,6 +351,34 @@ type jobStatus struct {
 	CutGates           *cutGatesStatus   `json:"cut_gates,omitempty"`
 	Checkpoints        int               `json:"checkpoints_completed"`
 	Tasks              []taskInfo        `json:"tasks,omitempty"`
+	Scale              *scaleStatus      `json:"scale,omitempty"`
+}
+
+// scaleStatus is what an instance of a scaled job owns (docs/SCALING.md):
+// its buckets, and the input partitions its stage 1 has from the group.
+type scaleStatus struct {
+	Instance         int    `json:"instance"`
+	Instances        int    `json:"instances"`
+	RepartitionTopic string `json:"repartition_topic"`
+	// OwnedBuckets are the buckets (repartition partitions) it applies, of
+	// Buckets.
+	OwnedBuckets    []int              `json:"owned_buckets"`
+	Buckets         int                `json:"buckets"`
+	InputPartitions map[string][]int32 `json:"input_partitions"`
+	// Stage1Healthy is false while stage 1 retries a failure, which
+	// Stage1Error names.
+	Stage1Healthy bool   `json:"stage1_healthy"`
+	Stage1Error   string `json:"stage1_error,omitempty"`
+}
+
+func scaleStatusOf(s *build.ScaleState) *scaleStatus {
+	if s == nil {
+		return nil
+	}
+	st := &scaleStatus{Instance: s.Instance, Instances: s.Instances, RepartitionTopic: s.RepartitionTopic, OwnedBuckets: s.Buckets, Buckets: s.Of,
+		InputPartitions: s.InputPartitions()}
+	st.Stage1Healthy, st.Stage1Error = s.Stage1Health()
+	return st
 }
 
 // cutGatesStatus is runtime.CutGateStatus: the gates of aligned sources.
@@ -395,7 +423,7 @@ type taskInfo struct {
 func (r *runner) status(j *build.Job) jobStatus {
 	rs := j.Status()
 	st := jobStatus{Name: j.Name(), Parallelism: j.Pipeline().Spec.Job.Parallelism, State: string(rs.State), StateSince: rs.Since,
-		Attempt: rs.Attempt, Restarts: rs.Restarts, Checkpoints: rs.Completed}
+		Attempt: rs.Attempt, Restarts: rs.Restarts, Checkpoints: rs.Completed, Scale: scaleStatusOf(j.Scale())}
 	if !r.started.IsZero() {
 		st.UptimeSeconds = time.Since(r.started).Seconds()
 	}

@@ -33,6 +33,8 @@ type Job struct {
 	producers []*producer
 	// side runs beside the runtime job: stage 1 of a scaled job.
 	side []func(context.Context) error
+	// scale is what a scaled job's instance owns (nil: not scaled).
+	scale *ScaleState
 	// startAny: the data directory held checkpoints of the job when it
 	// was built (it restores them).
 	startAny bool
@@ -410,11 +412,17 @@ func runBeside(ctx context.Context, main func(context.Context) error, side []fun
 // Stop asks the job to stop with a final checkpoint.
 func (j *Job) Stop() { j.rt.Stop() }
 
-// Healthy reports whether every Kafka source reaches its brokers.
+// Healthy reports whether every Kafka source reaches its brokers, and
+// stage 1 of a scaled job runs without a failure.
 func (j *Job) Healthy() (bool, string) {
 	var bad []string
 	for _, s := range j.sources {
 		if ok, msg := s.Healthy(); !ok {
+			bad = append(bad, msg)
+		}
+	}
+	if j.scale != nil {
+		if ok, msg := j.scale.stage1.Health(); !ok {
 			bad = append(bad, msg)
 		}
 	}

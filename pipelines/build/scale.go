@@ -59,6 +59,9 @@ func (e *Env) scaled(j *Job) error {
 		return true, off.Write(0, row, w)
 	})
 	owned := repartition.Owned(buckets, sc.Instance, sc.Instances)
+	stage1 := repartition.NewStatus()
+	j.scale = &ScaleState{Instance: sc.Instance, Instances: sc.Instances, RepartitionTopic: topic, Buckets: OwnedBuckets(sc, buckets), Of: buckets,
+		stage1: stage1}
 	metrics, err := repartition.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"job": p.Spec.Job.Name}, e.opts.Registerer))
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -72,14 +75,8 @@ func (e *Env) scaled(j *Job) error {
 		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
 		InstanceID:         fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance),
 		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
-		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics}
-	j.side = append(j.side, func(ctx context.Context) error {
-		w, err := repartition.NewWriter(ctx, wcfg)
-		if err != nil {
-			return err
-		}
-		return w.Run(ctx, every, send)
-	})
+		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1}
+	j.side = append(j.side, func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) })
 
 	src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic,
 		Owned: owned}, codec)

@@ -35,6 +35,30 @@ func ScaledVersionsTopic(topic string, i int) string {
 	return changelogfmt.VersionsTopic(topic) + "." + strconv.Itoa(i)
 }
 
+// ScaleState is what an instance of a scaled job owns, and how its stage
+// 1 fares (Job.Scale).
+type ScaleState struct {
+	Instance, Instances int
+	RepartitionTopic    string
+	// Buckets are the buckets (the repartition partitions) the instance
+	// owns and applies, of Of.
+	Buckets []int
+	Of      int
+	stage1  *repartition.Status
+}
+
+// InputPartitions returns the input partitions the consumer group
+// assigned to the instance's stage 1 now.
+func (s *ScaleState) InputPartitions() map[string][]int32 { return s.stage1.Assigned() }
+
+// Stage1Health reports whether stage 1 runs without a failure, else the
+// failure it retries (repartition.Status.Health).
+func (s *ScaleState) Stage1Health() (bool, string) { return s.stage1.Health() }
+
+// Scale returns what the instance of a scaled job owns; nil for a job
+// that is not scaled.
+func (j *Job) Scale() *ScaleState { return j.scale }
+
 // ScaleInfo says which part of a scaled job's table a data directory
 // holds: what it recorded on the job's first start.
 type ScaleInfo struct {

@@ -9,8 +9,8 @@ import (
 // Metrics are stage 1's: what it sent and how its transactions ended.
 // The registerer given to NewMetrics adds the job's labels.
 type Metrics struct {
-	sent, committed, aborted prometheus.Counter
-	owned                    prometheus.Gauge
+	sent, committed, aborted, failures prometheus.Counter
+	owned, input                       prometheus.Gauge
 }
 
 // NewMetrics registers stage 1's metrics with reg.
@@ -25,9 +25,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		aborted:   txns.WithLabelValues("aborted"),
 		owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_repartition_owned_partitions",
 			Help: "Repartition partitions (buckets) this instance owns and applies."}),
+		input: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_repartition_input_partitions",
+			Help: "Input partitions the consumer group assigned to this instance's stage 1."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_failures_total",
+			Help: "Stage-1 sessions that failed and were started again after a backoff (a broker outage: a poll, a write or a commit failing)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sent, txns, m.owned} {
+	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -35,3 +39,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Owned records how many repartition partitions the instance owns.
 func (m *Metrics) Owned(n int) { m.owned.Set(float64(n)) }
+
+// inputPartitions records how many input partitions st says are assigned
+// (nothing on nil Metrics).
+func (m *Metrics) inputPartitions(st *Status) {
+	if m == nil {
+		return
+	}
+	n := 0
+	for _, ps := range st.Assigned() {
+		n += len(ps)
+	}
+	m.input.Set(float64(n))
+}

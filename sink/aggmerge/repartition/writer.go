@@ -52,9 +52,24 @@ type WriterConfig struct {
 	SessionTimeout time.Duration
 	// Logger receives franz-go's warnings and the writer's (nil: discard).
 	Logger *slog.Logger
-	// Metrics, if set, count the rows sent and the transactions.
+	// Metrics, if set, count the rows sent, the transactions and the
+	// failures retried.
 	Metrics *Metrics
+	// Status, if set, receives the input partitions assigned and the
+	// failures Run retries.
+	Status *Status
 }
+
+// Errors of stage 1 that retrying cannot cure: Run returns them.
+var (
+	// ErrFenced: a newer incarnation of the instance (the same
+	// transactional id or static member) runs elsewhere.
+	ErrFenced = errors.New("repartition writer: fenced")
+	// ErrRecord: the mapping of an input record failed (on_error: fail).
+	ErrRecord = errors.New("repartition writer: an input record cannot be mapped")
+	// ErrTopic: the repartition topic has another partition count.
+	ErrTopic = errors.New("repartition writer: the repartition topic belongs to another configuration")
+)
 
 // Writer is stage 1 of an instance: it polls the input as a member of the
 // group, sends partial rows to the partitions of their buckets, and commits
@@ -95,6 +110,7 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	if err := ensureTopic(ctx, conn, cfg.Topic, cfg.Partitions); err != nil {
 		return nil, fmt.Errorf("repartition writer: %w", err)
 	}
+	w := &Writer{cfg: cfg, log: log}
 	opts := append(conn,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Input...),
@@ -105,6 +121,12 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.WithLogger(kgoLogger{log}),
 	)
+	if cfg.Status != nil {
+		opts = append(opts,
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { w.assigned(m, true) }),
+			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { w.assigned(m, false) }),
+			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { w.assigned(m, false) }))
+	}
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
@@ -118,11 +140,34 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repartition writer: %w", err)
 	}
+	w.sess = sess
 	if err := sess.Begin(); err != nil {
-		sess.Close()
+		w.closeClient()
 		return nil, fmt.Errorf("repartition writer: begin: %w", err)
 	}
-	return &Writer{cfg: cfg, sess: sess, log: log}, nil
+	return w, nil
+}
+
+// closeClient closes the session's client: the instance leaves the group
+// (a static member keeps its place until the session timeout).
+func (w *Writer) closeClient() {
+	w.sess.Close()
+	if st := w.cfg.Status; st != nil {
+		st.left()
+		w.cfg.Metrics.inputPartitions(st)
+	}
+}
+
+// assigned records input partitions the group assigned (add) or took
+// away.
+func (w *Writer) assigned(m map[string][]int32, add bool) {
+	st := w.cfg.Status
+	if add {
+		st.assign(m)
+	} else {
+		st.revoke(m)
+	}
+	w.cfg.Metrics.inputPartitions(st)
 }
 
 // ensureTopic creates topic with partitions when missing and refuses one
@@ -138,8 +183,7 @@ func ensureTopic(ctx context.Context, conn []kgo.Opt, topic string, partitions i
 		return err
 	}
 	if n != partitions {
-		return fmt.Errorf("topic %q has %d partitions, want %d (one per bucket, or buckets mod partitions): "+
-			"the topic belongs to another configuration", topic, n, partitions)
+		return fmt.Errorf("%w: topic %q has %d partitions, want %d (one per bucket, or buckets mod partitions)", ErrTopic, topic, n, partitions)
 	}
 	return nil
 }
@@ -164,8 +208,8 @@ func (w *Writer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 // instance fenced, by its transactional id or its static group member.
 func (w *Writer) fenced(err error) error {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.FencedInstanceID) {
-		return fmt.Errorf("repartition writer: fenced: a newer incarnation of this instance (transactional id %q) runs elsewhere, so this one stops: %w",
-			w.cfg.TransactionalID, err)
+		return fmt.Errorf("%w: a newer incarnation of this instance (transactional id %q) runs elsewhere, so this one stops: %w",
+			ErrFenced, w.cfg.TransactionalID, err)
 	}
 	return err
 }
@@ -213,6 +257,9 @@ func (w *Writer) Checkpoint(ctx context.Context) (committed bool, err error) {
 		try = kgo.TryAbort
 	}
 	committed, err = w.sess.End(ctx, try)
+	if st := w.cfg.Status; st != nil && err == nil && sendErr == nil {
+		st.committed()
+	}
 	if m := w.cfg.Metrics; m != nil {
 		if committed {
 			m.committed.Inc()
@@ -243,7 +290,7 @@ func (w *Writer) Checkpoint(ctx context.Context) (committed bool, err error) {
 // Checkpoint is never read) and leaves the group.
 func (w *Writer) Close(ctx context.Context) error {
 	_, err := w.sess.End(ctx, kgo.TryAbort)
-	w.sess.Close()
+	w.closeClient()
 	if err != nil {
 		return fmt.Errorf("repartition writer: abort on close: %w", err)
 	}
@@ -263,29 +310,38 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	l.log.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
 }
 
+// closeTimeout bounds the abort of a failed session's transaction: with
+// the broker away it cannot complete, and the next session's start aborts
+// it instead (the same transactional id).
+const closeTimeout = 10 * time.Second
+
 // Run is stage 1's loop: it polls the input, hands each record to mapRecord
 // (which sends the record's partial rows with send), and checkpoints every
 // interval, until ctx ends; then it checkpoints what it has and closes the
-// writer. An error of mapRecord, of a write or of a commit aborts the open
-// transaction, closes the writer and is returned.
+// writer. An error of mapRecord (ErrRecord), of a poll, of a write or of a
+// commit aborts the open transaction, closes the writer and is returned.
 func (w *Writer) Run(ctx context.Context, every time.Duration, mapRecord func(r *kgo.Record, send func(key, value []byte)) error) error {
+	abort := func(err error) error {
+		end, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		return errors.Join(err, w.Close(end))
+	}
 	next := time.Now().Add(every)
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithDeadline(ctx, next)
 		recs, err := w.Poll(pctx)
 		cancel()
 		if err != nil {
-			return errors.Join(err, w.Close(context.WithoutCancel(ctx)))
+			return abort(err)
 		}
 		for _, r := range recs {
 			if err := mapRecord(r, w.Send); err != nil {
-				return errors.Join(fmt.Errorf("repartition writer: %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err),
-					w.Close(context.WithoutCancel(ctx)))
+				return abort(fmt.Errorf("%w: %s/%d@%d: %w", ErrRecord, r.Topic, r.Partition, r.Offset, err))
 			}
 		}
 		if !time.Now().Before(next) {
 			if _, err := w.Checkpoint(ctx); err != nil {
-				return errors.Join(err, w.Close(context.WithoutCancel(ctx)))
+				return abort(err)
 			}
 			next = time.Now().Add(every)
 		}
@@ -297,4 +353,48 @@ func (w *Writer) Run(ctx context.Context, every time.Duration, mapRecord func(r 
 		return errors.Join(err, w.Close(end))
 	}
 	return w.Close(end)
+}
+
+// Run runs stage 1 with cfg until ctx ends (nil, or the error of the last
+// commit) or a failure that retrying cannot cure: ErrFenced, ErrRecord,
+// ErrTopic. Any other failure, a broker outage above all (a poll, a write,
+// a commit, or the start failing), ends the session: its open transaction
+// is aborted (or, with the broker away, by the next session's start, which
+// uses the same transactional id), and a new session starts after a
+// backoff, 100 ms doubled up to 10 s, polling again from the last commit.
+// Meanwhile cfg.Status says what fails and the metrics count it; the first
+// commit of a new session ends the failure.
+func Run(ctx context.Context, cfg WriterConfig, every time.Duration, mapRecord func(r *kgo.Record, send func(key, value []byte)) error) error {
+	if cfg.Status == nil {
+		cfg.Status = NewStatus()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 10 * time.Second
+	backoff := minBackoff
+	for {
+		w, err := NewWriter(ctx, cfg)
+		if err == nil {
+			err = w.Run(ctx, every, mapRecord)
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrRecord) || errors.Is(err, ErrTopic) {
+			return err
+		}
+		if ok, _ := cfg.Status.Health(); ok {
+			backoff = minBackoff // it committed since the last failure
+		}
+		n := cfg.Status.failed(err)
+		if m := cfg.Metrics; m != nil {
+			m.failures.Inc()
+		}
+		log.Warn("stage 1 failed; a new session polls again from the last commit", "err", err, "failures_in_a_row", n, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
 }
