@@ -63,8 +63,6 @@ func (v *validator) scale() {
 			v.fail(path+".isolation_level", "%s: stage 1 reads read_committed", why)
 		case k.StartOffset != "earliest":
 			v.fail(path+".start_offset", "%s: the group's committed offsets, else earliest, are where it starts", why)
-		case k.OnError != "fail":
-			v.fail(path+".on_error", "%s: on_error %s is not supported in scale mode yet (fail only)", why, k.OnError)
 		}
 	}
 	const sinkWhy = "scale mode supports one table sink without window, its changelog in committed mode (docs/SCALING.md)"

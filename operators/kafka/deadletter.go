@@ -58,6 +58,15 @@ func NewDeadLetterWriter(ctx context.Context, cl *kgo.Client, topic string, coun
 // partition and offset name the origin in the headers), with value instead
 // of the record's own when value is not nil.
 func (d *DeadLetterWriter) Write(origin *kgo.Record, value []byte, reason error) {
+	d.write(DeadLetterRecord(d.topic, origin, value, reason), fmt.Sprintf("%s/%d offset %d", origin.Topic, origin.Partition, origin.Offset))
+}
+
+// DeadLetterRecord returns the dead letter of origin for topic: the record as
+// read (value instead of its own when not nil), its headers, and headers
+// naming the reason and the origin's topic, partition and offset. A
+// writer of its own, stage 1 of a scaled job, produces it in its
+// transaction.
+func DeadLetterRecord(topic string, origin *kgo.Record, value []byte, reason error) *kgo.Record {
 	if value == nil {
 		value = origin.Value
 	}
@@ -69,8 +78,7 @@ func (d *DeadLetterWriter) Write(origin *kgo.Record, value []byte, reason error)
 		kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(origin.Partition), 10)},
 		kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, origin.Offset, 10)},
 	)
-	d.write(&kgo.Record{Topic: d.topic, Key: origin.Key, Value: value, Headers: headers, Timestamp: origin.Timestamp},
-		fmt.Sprintf("%s/%d offset %d", origin.Topic, origin.Partition, origin.Offset))
+	return &kgo.Record{Topic: topic, Key: origin.Key, Value: value, Headers: headers, Timestamp: origin.Timestamp}
 }
 
 // WriteRecord sends a dead letter of a record that is no longer tied to

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
@@ -67,6 +68,10 @@ func (e *Env) scaled(j *Job) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	metrics.Owned(len(owned))
+	onError, err := kafka.ParseErrorPolicy(string(k.OnError))
+	if err != nil {
+		return err
+	}
 	every := p.Spec.Checkpoint.Interval.Std()
 	if every <= 0 {
 		every = time.Second
@@ -75,7 +80,8 @@ func (e *Env) scaled(j *Job) error {
 		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
 		InstanceID:         fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance),
 		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
-		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1}
+		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1,
+		OnError: onError, DeadLetterTopic: k.DeadLetterTopic}
 	j.side = append(j.side, func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) })
 
 	src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic,

@@ -10,6 +10,7 @@ import (
 // The registerer given to NewMetrics adds the job's labels.
 type Metrics struct {
 	sent, committed, aborted, failures prometheus.Counter
+	skipped, deadLettered              prometheus.Counter
 	owned, input                       prometheus.Gauge
 }
 
@@ -18,7 +19,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	txns := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_repartition_transactions_total",
 		Help: "Stage-1 transactions ended, by result: committed (the rows and the input offsets), or aborted (a rebalance, a failed write, a fenced writer)."},
 		[]string{"result"})
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbflow_repartition_records_failed_total",
+		Help: "Input records stage 1 could not map (decode, transforms, the row), by what on_error did: skipped or dead_lettered (counted again when their transaction aborted and they are read again)."},
+		[]string{"action"})
 	m := &Metrics{
+		skipped:      failed.WithLabelValues("skipped"),
+		deadLettered: failed.WithLabelValues("dead_lettered"),
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_rows_sent_total",
 			Help: "Partial rows sent to the repartition topic, in committed and aborted transactions."}),
 		committed: txns.WithLabelValues("committed"),
@@ -31,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Stage-1 sessions that failed and were started again after a backoff (a broker outage: a poll, a write or a commit failing)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures} {
+	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -58,6 +58,13 @@ type WriterConfig struct {
 	// Status, if set, receives the input partitions assigned and the
 	// failures Run retries.
 	Status *Status
+	// OnError is what Run does with an input record that mapRecord fails
+	// on: Fail (ErrRecord), Skip it (counted in the metrics), or
+	// DeadLetter it to DeadLetterTopic, in the open transaction: the dead
+	// letter is committed with the input offsets past its record, exactly
+	// once.
+	OnError         kafka.ErrorPolicy
+	DeadLetterTopic string
 }
 
 // Errors of stage 1 that retrying cannot cure: Run returns them.
@@ -98,6 +105,8 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 		return nil, fmt.Errorf("repartition writer: %d partitions for %d buckets (want 1 to %d)", cfg.Partitions, cfg.Buckets, cfg.Buckets)
 	case cfg.Group == "" || cfg.Topic == "" || cfg.TransactionalID == "" || len(cfg.Input) == 0:
 		return nil, errors.New("repartition writer: Group, Topic, TransactionalID and Input are required")
+	case cfg.OnError == kafka.DeadLetter && cfg.DeadLetterTopic == "":
+		return nil, errors.New("repartition writer: OnError DeadLetter needs a DeadLetterTopic")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -107,7 +116,7 @@ func NewWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repartition writer: %w", err)
 	}
-	if err := ensureTopic(ctx, conn, cfg.Topic, cfg.Partitions); err != nil {
+	if err := ensureTopics(ctx, conn, &cfg, log); err != nil {
 		return nil, fmt.Errorf("repartition writer: %w", err)
 	}
 	w := &Writer{cfg: cfg, log: log}
@@ -170,15 +179,23 @@ func (w *Writer) assigned(m map[string][]int32, add bool) {
 	w.cfg.Metrics.inputPartitions(st)
 }
 
-// ensureTopic creates topic with partitions when missing and refuses one
-// with another partition count.
-func ensureTopic(ctx context.Context, conn []kgo.Opt, topic string, partitions int) error {
+// ensureTopics creates the repartition topic with its partitions when
+// missing and refuses one with another partition count, and makes sure
+// the dead-letter topic (if any) exists.
+func ensureTopics(ctx context.Context, conn []kgo.Opt, cfg *WriterConfig, log *slog.Logger) error {
 	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	n, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, int32(partitions))
+	adm := kadm.NewClient(cl)
+	if cfg.OnError == kafka.DeadLetter {
+		if err := kafka.PrepareDeadLetterTopic(ctx, adm, cfg.DeadLetterTopic, log.Warn); err != nil {
+			return err
+		}
+	}
+	topic, partitions := cfg.Topic, cfg.Partitions
+	n, err := kafka.EnsureTopic(ctx, adm, topic, int32(partitions))
 	if err != nil {
 		return err
 	}
@@ -225,10 +242,36 @@ func (w *Writer) Partition(key []byte) int32 {
 // the next Checkpoint abort and fail. The write lives until it is done or
 // the writer is closed, whatever context the caller polls with.
 func (w *Writer) Send(key, value []byte) {
-	r := &kgo.Record{Topic: w.cfg.Topic, Partition: w.Partition(key), Key: key, Value: value}
 	if m := w.cfg.Metrics; m != nil {
 		m.sent.Inc()
 	}
+	w.produce(&kgo.Record{Topic: w.cfg.Topic, Partition: w.Partition(key), Key: key, Value: value})
+}
+
+// failed applies OnError to input record r, which mapRecord failed on
+// with err: nil when it is skipped or dead-lettered (in the open
+// transaction), else ErrRecord naming the record.
+func (w *Writer) failed(r *kgo.Record, err error) error {
+	m := w.cfg.Metrics
+	switch w.cfg.OnError {
+	case kafka.Skip:
+		if m != nil {
+			m.skipped.Inc()
+		}
+		return nil
+	case kafka.DeadLetter:
+		if m != nil {
+			m.deadLettered.Inc()
+		}
+		w.produce(kafka.DeadLetterRecord(w.cfg.DeadLetterTopic, r, nil, err))
+		return nil
+	}
+	return fmt.Errorf("%w: %s/%d@%d: %w", ErrRecord, r.Topic, r.Partition, r.Offset, err)
+}
+
+// produce writes r in the open transaction; a failure makes the next
+// Checkpoint abort and fail.
+func (w *Writer) produce(r *kgo.Record) {
 	w.sess.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
 			w.mu.Lock()
@@ -318,8 +361,9 @@ const closeTimeout = 10 * time.Second
 // Run is stage 1's loop: it polls the input, hands each record to mapRecord
 // (which sends the record's partial rows with send), and checkpoints every
 // interval, until ctx ends; then it checkpoints what it has and closes the
-// writer. An error of mapRecord (ErrRecord), of a poll, of a write or of a
-// commit aborts the open transaction, closes the writer and is returned.
+// writer. An error of mapRecord goes to OnError; with Fail (ErrRecord), as
+// an error of a poll, of a write or of a commit, it aborts the open
+// transaction, closes the writer and is returned.
 func (w *Writer) Run(ctx context.Context, every time.Duration, mapRecord func(r *kgo.Record, send func(key, value []byte)) error) error {
 	abort := func(err error) error {
 		end, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
@@ -336,7 +380,9 @@ func (w *Writer) Run(ctx context.Context, every time.Duration, mapRecord func(r 
 		}
 		for _, r := range recs {
 			if err := mapRecord(r, w.Send); err != nil {
-				return abort(fmt.Errorf("%w: %s/%d@%d: %w", ErrRecord, r.Topic, r.Partition, r.Offset, err))
+				if err := w.failed(r, err); err != nil {
+					return abort(err)
+				}
 			}
 		}
 		if !time.Now().Before(next) {
