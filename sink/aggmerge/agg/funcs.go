@@ -110,6 +110,13 @@ func (f *Func) Idempotent() bool { return f.def.idempotent }
 // so that inputs may be pre-aggregated.
 func (f *Func) Associative() bool { return f.def.associative }
 
+// Commutative reports whether the partials of two sets of inputs combine
+// to the same value in either order: Combine(p, q) == Combine(q, p). A
+// session window that merges two sessions whose records interleaved in
+// arrival order combines their partials, which is exact only for such a
+// function; first_value, last_value and listagg depend on the order.
+func (f *Func) Commutative() bool { return f.def.commutative }
+
 // def describes one function: the types it accepts, its parameters and its
 // laws, and builds its merge and retract for a column type.
 type def struct {
@@ -119,6 +126,7 @@ type def struct {
 	params      map[string]string // name -> default
 	idempotent  bool
 	associative bool
+	commutative bool
 	retracts    bool
 	build       func(t Type, p map[string]string) (merge, retract func(acc, in Value) (Value, error), err error)
 	work        func(first Value) (working, error) // nil, or the Accumulator's in-memory form from a first non-null partial
@@ -131,22 +139,22 @@ var (
 )
 
 var defs = []*def{
-	{name: "sum", kinds: numericKinds, associative: true, retracts: true, build: buildSum},
-	{name: "product", kinds: numericKinds, associative: true, retracts: true, build: buildProduct},
-	{name: "count", kinds: []Kind{KindInt64}, retracts: true, build: buildCount},
-	{name: "max", kinds: orderedKinds, idempotent: true, associative: true, build: buildPick(+1)},
-	{name: "min", kinds: orderedKinds, idempotent: true, associative: true, build: buildPick(-1)},
+	{name: "sum", kinds: numericKinds, associative: true, retracts: true, commutative: true, build: buildSum},
+	{name: "product", kinds: numericKinds, associative: true, retracts: true, commutative: true, build: buildProduct},
+	{name: "count", kinds: []Kind{KindInt64}, retracts: true, commutative: true, build: buildCount},
+	{name: "max", kinds: orderedKinds, idempotent: true, associative: true, commutative: true, build: buildPick(+1)},
+	{name: "min", kinds: orderedKinds, idempotent: true, associative: true, commutative: true, build: buildPick(-1)},
 	{name: "last_value", kinds: allKinds, associative: true, retracts: true, build: buildLast(false)},
 	{name: "last_non_null_value", aliases: []string{"last_value_ignore_nulls"}, kinds: allKinds, associative: true, retracts: true, build: buildLast(true)},
 	{name: "first_value", kinds: allKinds, idempotent: true, associative: true, build: buildFirst(false)},
 	{name: "first_non_null_value", aliases: []string{"first_value_ignore_nulls"}, kinds: allKinds, idempotent: true, associative: true, build: buildFirst(true)},
 	{name: "listagg", aliases: []string{"string_agg"}, kinds: []Kind{KindString}, params: map[string]string{"delimiter": ","}, associative: true, build: buildListagg},
-	{name: "bool_and", kinds: []Kind{KindBool}, idempotent: true, associative: true, build: buildBool(true)},
-	{name: "bool_or", kinds: []Kind{KindBool}, idempotent: true, associative: true, build: buildBool(false)},
-	{name: "collect_set", kinds: []Kind{KindStringSet}, idempotent: true, associative: true, build: buildCollectSet},
-	{name: "rbm32", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildRBM32, work: rbm32.start},
-	{name: "rbm64", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildRBM64, work: rbm64.start},
-	{name: "hll", kinds: []Kind{KindBytes}, idempotent: true, associative: true, build: buildHLL, work: hll.start},
+	{name: "bool_and", kinds: []Kind{KindBool}, idempotent: true, associative: true, commutative: true, build: buildBool(true)},
+	{name: "bool_or", kinds: []Kind{KindBool}, idempotent: true, associative: true, commutative: true, build: buildBool(false)},
+	{name: "collect_set", kinds: []Kind{KindStringSet}, idempotent: true, associative: true, commutative: true, build: buildCollectSet},
+	{name: "rbm32", kinds: []Kind{KindBytes}, idempotent: true, associative: true, commutative: true, build: buildRBM32, work: rbm32.start},
+	{name: "rbm64", kinds: []Kind{KindBytes}, idempotent: true, associative: true, commutative: true, build: buildRBM64, work: rbm64.start},
+	{name: "hll", kinds: []Kind{KindBytes}, idempotent: true, associative: true, commutative: true, build: buildHLL, work: hll.start},
 }
 
 // Normalize returns the canonical spelling of a function name or alias:

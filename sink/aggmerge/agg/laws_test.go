@@ -83,7 +83,7 @@ func lawFuncs(t *testing.T) []*Func {
 }
 
 // TestLaws checks, on random values, each law a function claims:
-// associativity, idempotence (an input merged again, at once or after
+// associativity, commutativity of partials, idempotence (an input merged again, at once or after
 // others, changes nothing), and retract∘merge = identity for a present
 // accumulator. It also checks that a function that does not claim a law
 // really breaks it somewhere, so the flags are not just conservative.
@@ -91,9 +91,22 @@ func TestLaws(t *testing.T) {
 	seed := uint64(1)
 	r := rand.New(rand.NewPCG(seed, 7))
 	for _, f := range lawFuncs(t) {
-		var broke struct{ assoc, idem bool }
+		var broke struct{ assoc, idem, comm bool }
 		for range 2000 {
 			a, x, y := accumulator(r, f), input(r, f), input(r, f)
+			// Commutativity of partials, as a session window merging two
+			// sessions needs it: which came first does not matter.
+			xy1, err1 := f.Combine(f.Partial(x), f.Partial(y))
+			yx1, err2 := f.Combine(f.Partial(y), f.Partial(x))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s %s: combine error %v %v", f.Name(), f.Type(), err1, err2)
+			}
+			if !xy1.Equal(yx1) {
+				broke.comm = true
+				if f.Commutative() {
+					t.Errorf("%s %s (seed %d): not commutative: x=%v y=%v: %v vs %v", f.Name(), f.Type(), seed, x, y, xy1, yx1)
+				}
+			}
 			ax, err1 := f.Merge(a, x)
 			axy, err2 := f.Merge(ax, y)
 			xy, err3 := f.Merge(x, y)
@@ -133,6 +146,9 @@ func TestLaws(t *testing.T) {
 		}
 		if !f.Associative() && !broke.assoc {
 			t.Errorf("%s %s: claims no associativity but never broke it", f.Name(), f.Type())
+		}
+		if !f.Commutative() && !broke.comm {
+			t.Errorf("%s %s: claims no commutativity but never broke it", f.Name(), f.Type())
 		}
 		if !f.Idempotent() && !broke.idem {
 			t.Errorf("%s %s: claims no idempotence but never broke it", f.Name(), f.Type())
