@@ -11,6 +11,10 @@
 //     channels of a subtask into the subtask's watermark: the minimum over
 //     the active channels, forwarded only when it advances.
 //
+// Windows and Sessions assign event times to windows: tumbling or hopping
+// (fixed), and session windows of one key, which merge as records bridge
+// them.
+//
 // Event time is an int64 of nanoseconds since the Unix epoch (UTC). Min is
 // "no watermark yet", Max "end of event time": a source that ended emits it,
 // so every timer fires.
