@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,6 +22,12 @@ type Row struct {
 	// watermark), read when Config.Window is set: the writer appends each
 	// window's start and end to Key.
 	At int64
+	// Clear, when set, removes the written columns of Key's row instead of
+	// writing Vals (not read): the row is deleted when no other column is
+	// left, a -D in the log. It keeps its order with the key's writes. A
+	// session window clears the rows of the sessions it merged. Needs
+	// Config.Clears.
+	Clear bool
 }
 
 // Mapper fills row from a record. It should append to row.Key[:0] and
@@ -36,10 +43,12 @@ func errValues(got, want int) error {
 // bucket that routes it to its writer is the bucket of the key it is
 // written under, both taken from one call of the mapper. key (encoded by
 // the table's AppendKey) and vals point into the mapping subtask's arenas;
-// end is the window's end (Unix nanoseconds) when windowed.
+// end is the window's end (Unix nanoseconds) when windowed; clear is
+// Row.Clear.
 type record struct {
 	bucket int32
 	kind   runtime.RowKind
+	clear  bool
 	key    []byte
 	vals   []agg.Value
 	end    int64
@@ -99,6 +108,9 @@ func (m *mapOp[T]) ProcessBatch(in []T, out *runtime.Collector[record]) error {
 		if m.row.Kind.Retracts() && !m.cfg.Retracts {
 			return fmt.Errorf("aggmerge writer: a retracting row (%s) reached a sink not declared Retracts", m.row.Kind)
 		}
+		if m.row.Clear && !m.cfg.Clears {
+			return errors.New("aggmerge writer: a clearing row reached a sink not declared Clears")
+		}
 		w := m.cfg.Window
 		if w == nil {
 			if err := m.emit(out, buckets, 0, m.vals.copy(m.row.Vals)); err != nil {
@@ -130,6 +142,7 @@ func (m *mapOp[T]) emit(out *runtime.Collector[record], buckets int, end int64, 
 	out.Emit(record{
 		bucket: int32(aggmerge.BucketOf(m.keyBuf, buckets)),
 		kind:   m.row.Kind,
+		clear:  m.row.Clear,
 		key:    m.keys.copy(m.keyBuf),
 		vals:   vals,
 		end:    end,

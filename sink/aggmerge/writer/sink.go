@@ -34,6 +34,11 @@ type Config struct {
 	// aggmerge.Partial mode: a count's value is the number it counted, not
 	// one more input. It cannot be combined with Retracts.
 	Partials bool
+	// Clears declares that the input may hold rows with Row.Clear, which
+	// remove the written columns of a row. A restore then always undoes (a
+	// replayed clear is no harmless replay). It cannot be combined with
+	// Window, whose keys the writer makes.
+	Clears bool
 	// BatchSize is the number of writes per table batch (1000).
 	BatchSize int
 	// FlushInterval bounds how long a write waits in the writer before it
@@ -89,6 +94,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("aggmerge writer: table %s has no value column %q", c.Table.Dir(), name)
 		}
 	}
+	if c.Clears && c.Window != nil {
+		return errors.New("aggmerge writer: a windowed sink cannot clear rows (the writer makes their keys)")
+	}
 	if c.Retracts && c.Partials {
 		return errors.New("aggmerge writer: partial aggregates cannot retract")
 	}
@@ -130,8 +138,8 @@ func (c *Config) needsUndo() bool {
 	if c.UnsafeSkipUndo {
 		return false
 	}
-	if c.Retracts || c.Window != nil && c.Window.Retain != nil {
-		return true // a retraction or a window's delete is no harmless replay
+	if c.Retracts || c.Clears || c.Window != nil && c.Window.Retain != nil {
+		return true // a retraction, a clear or a window's delete is no harmless replay
 	}
 	for _, i := range c.columnIndexes() {
 		if !c.Table.Func(i).Idempotent() {
@@ -369,6 +377,12 @@ func (s *sink) Write(batch []record) error {
 		if s.ret != nil && !s.ret.keep(r, s.ctx.Watermark()) {
 			continue
 		}
+		if r.clear {
+			if err := s.uncombined(func() error { return s.batch.DeleteEncoded(aggmerge.Overwrite, r.key) }); err != nil {
+				return err
+			}
+			continue
+		}
 		mode := aggmerge.Aggregate
 		switch {
 		case r.kind.Retracts():
@@ -387,24 +401,31 @@ func (s *sink) Write(batch []record) error {
 			}
 			continue
 		}
-		if s.comb != nil && s.comb.len() > 0 {
-			// keep the order of a key's writes: what was combined goes first
-			if err := s.comb.drain(s.batch); err != nil {
-				return err
-			}
-		}
-		if err := s.batch.UpsertEncoded(mode, r.key, r.vals); err != nil {
+		if err := s.uncombined(func() error { return s.batch.UpsertEncoded(mode, r.key, r.vals) }); err != nil {
 			return err
-		}
-		if s.batch.Len() >= s.cfg.BatchSize {
-			if err := s.flush(); err != nil {
-				return err
-			}
 		}
 	}
 	if !s.timer && (s.batch.Len() > 0 || (s.comb != nil && s.comb.len() > 0)) {
 		s.ctx.SetTimer(time.Now().Add(s.cfg.FlushInterval))
 		s.timer = true
+	}
+	return nil
+}
+
+// uncombined adds a write that is not combined (a retraction, a clear) to
+// the batch with add, after the writes combined before it, so a key's
+// writes keep their order.
+func (s *sink) uncombined(add func() error) error {
+	if s.comb != nil && s.comb.len() > 0 {
+		if err := s.comb.drain(s.batch); err != nil {
+			return err
+		}
+	}
+	if err := add(); err != nil {
+		return err
+	}
+	if s.batch.Len() >= s.cfg.BatchSize {
+		return s.flush()
 	}
 	return nil
 }
