@@ -3,6 +3,7 @@ package pipelines
 import (
 	"time"
 
+	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -90,9 +91,12 @@ type Table struct {
 // window.
 type TableWindow struct {
 	// Size and Slide: Slide equal to Size is tumbling, a Slide dividing
-	// Size hopping.
+	// Size hopping; both 0 for a session window.
 	Size, Slide time.Duration
-	On          SchemaField
+	// Gap, when set, makes session windows with this gap
+	// (watermark.Sessions).
+	Gap time.Duration
+	On  SchemaField
 	// Retain, if set, is how long after its end a window's rows are kept.
 	Retain *time.Duration
 	// Final: emit: final, a window's row is written once, when it closes.
@@ -109,7 +113,19 @@ type TableWindow struct {
 
 // Watermarked reports whether the window consults the watermark: a final
 // window, or a policy for late records other than update.
-func (w *TableWindow) Watermarked() bool { return w.Final || w.Late != LateUpdate }
+func (w *TableWindow) Watermarked() bool { return w.Final || w.Late != LateUpdate || w.Gap > 0 }
+
+// Sessions is the assignment of a session window (Gap set).
+func (w *TableWindow) Sessions() watermark.Sessions { return watermark.Sessions{Gap: w.Gap} }
+
+// SessionLate reports whether a record at event time t (ns since the epoch)
+// is late for a session window at watermark wm: t + Lateness <= wm. Then it
+// could merge into a session that has closed (a session [start, end)
+// closes at ClosesAt(end), and a record joins it only before end), so it
+// is late wherever it falls; a record that is not late never meets a closed
+// session, and a session that closed can no longer grow. Unlike a tumbling
+// window's, a session's lateness is measured from the record's own time.
+func (w *TableWindow) SessionLate(t, wm int64) bool { return t+int64(w.Lateness) <= wm }
 
 // ClosesAt returns the event time (ns since the epoch) at which the window
 // ending at end closes: once the watermark reached it, every record of the

@@ -216,19 +216,20 @@ type TableSink struct {
 	Window     *Window    `yaml:"window" doc:"aggregate per window of event time: window_start and window_end (timestamps) become the last key columns of the table (absent: no window)"`
 }
 
-// Window is a table's window of event time: tumbling or hopping.
+// Window is a table's window of event time: tumbling, hopping or session.
 type Window struct {
-	Tumble          Duration   `yaml:"tumble" doc:"tumbling windows of this length: [start, start+tumble) with start a multiple of it since the Unix epoch; at least 1ms, a whole number of milliseconds; give tumble or hop"`
+	Tumble          Duration   `yaml:"tumble" doc:"tumbling windows of this length: [start, start+tumble) with start a multiple of it since the Unix epoch; at least 1ms, a whole number of milliseconds; give tumble, hop or session"`
 	Hop             Duration   `yaml:"hop" doc:"hopping windows of this length, one starting every 'every': a record is in hop/every windows, each a row; at least 1ms, a whole number of milliseconds; emit: updates and late: update only"`
 	Every           Duration   `yaml:"every" doc:"with hop: the time between the starts of two windows (a multiple of it since the Unix epoch); divides hop, at most 1000 windows per record"`
-	Retain          *Duration  `yaml:"retain" doc:"delete a window's rows (-D in the changelog) once the watermark the sink receives passes the window's end plus this; a record for a deleted window is dropped (counted); needs event time on every source; emit: updates and late: update only; absent: windows are kept"`
+	Session         Duration   `yaml:"session" doc:"session windows per key with this gap: records less than the gap apart (in event time) are one session, [first record, last record + gap); a record that bridges two sessions merges them; at least 1ms, a whole number of milliseconds; needs event time on every source, late: drop or dead_letter, and functions whose partials combine in any order (sum, product, count, max, min, bool_and, bool_or, collect_set, rbm32, rbm64, hll)"`
+	Retain          *Duration  `yaml:"retain" doc:"delete a window's rows (-D in the changelog) once the watermark the sink receives passes the window's end plus this; a record for a deleted window is dropped (counted); needs event time on every source; tumble and hop with emit: updates and late: update only; absent: windows are kept"`
 	On              string     `yaml:"on" required:"true" doc:"the timestamp field whose value picks the window of a record"`
-	Emit            EmitMode   `yaml:"emit" default:"updates" doc:"updates: a window's row changes as its records arrive; final: a window's row is written once, when the watermark passes its end plus allowed_lateness (every source needs event_time)"`
-	AllowedLateness Duration   `yaml:"allowed_lateness" default:"0s" doc:"how long in event time a window takes records after its end: a record is late once the watermark passed its window's end plus this; a whole number of milliseconds"`
-	Late            LatePolicy `yaml:"late" doc:"a late record: drop it (counted), dead_letter it (to the dead_letter_topic of the job's Kafka source) or update its window's row (emit: updates only); default: update with emit: updates (no watermark consulted), drop with final"`
+	Emit            EmitMode   `yaml:"emit" default:"updates" doc:"updates: a window's row changes as its records arrive (a session merge deletes the merged sessions' rows); final: a window's row is written once, when the watermark passes its end plus allowed_lateness (every source needs event_time)"`
+	AllowedLateness Duration   `yaml:"allowed_lateness" default:"0s" doc:"how long in event time a window takes records after its end: a record is late once the watermark passed its window's end plus this (a session's record: its own time plus this); a whole number of milliseconds"`
+	Late            LatePolicy `yaml:"late" doc:"a late record: drop it (counted), dead_letter it (to the dead_letter_topic of the job's Kafka source) or update its window's row (emit: updates with tumble or hop only); default: update with emit: updates (no watermark consulted), drop with final or session"`
 }
 
-func (*Window) oneOf() []string { return []string{"tumble", "hop"} }
+func (*Window) oneOf() []string { return []string{"tumble", "hop", "session"} }
 
 // Column is one aggregating column of a table.
 type Column struct {

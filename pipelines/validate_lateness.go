@@ -6,13 +6,13 @@ import (
 
 // lateness checks a window's emit mode, allowed lateness and late policy
 // into tw, filling in the policy's default (update for emit: updates, drop
-// for final). A window that consults the watermark needs event time from
+// for final and session windows). A window that consults the watermark needs event time from
 // every source, and dead letters need a source's dead-letter topic.
 func (v *validator) lateness(path string, tw *TableWindow) bool {
 	ok := true
 	if tw.Late == "" {
 		tw.Late = LateUpdate
-		if tw.Final {
+		if tw.Final || tw.Gap > 0 {
 			tw.Late = LateDrop
 		}
 	}
@@ -24,6 +24,9 @@ func (v *validator) lateness(path string, tw *TableWindow) bool {
 	case tw.Final && tw.Late == LateUpdate:
 		v.fail(path+".late", "late: update is only for emit: updates (a final row is written once); use drop or dead_letter")
 		return false
+	case tw.Gap > 0 && tw.Late == LateUpdate:
+		v.fail(path+".late", "late: update does not go with session windows: a session's state is dropped once it closed, so a late record could not merge into it; use drop or dead_letter")
+		return false
 	case !tw.Watermarked() && v.given(path+".allowed_lateness"):
 		v.fail(path+".allowed_lateness", "is used only with emit: final or late: drop or dead_letter (late: update consults no watermark)")
 		ok = false
@@ -32,11 +35,14 @@ func (v *validator) lateness(path string, tw *TableWindow) bool {
 		return ok
 	}
 	where, what := path+".late", "late: "+string(tw.Late)
-	if tw.Final {
+	switch {
+	case tw.Gap > 0:
+		where, what = path+".session", "a session window"
+	case tw.Final:
 		where, what = path+".emit", "emit: final"
 	}
-	if v.changelog != "" && tw.Final {
-		v.fail(where, "emit: final does not take the retractions of a changelog source (format %s)", v.changelog)
+	if v.changelog != "" && (tw.Final || tw.Gap > 0) {
+		v.fail(where, "%s does not take the retractions of a changelog source (format %s)", what, v.changelog)
 		ok = false
 	}
 	for i := range v.spec.Sources {

@@ -34,7 +34,7 @@ func (v *validator) table(path string, t *TableSink) *Table {
 		}
 	}
 	if w := t.Window; w != nil {
-		tab.Window = v.window(path+".window", t, out)
+		tab.Window = v.window(path+".window", t, tab.Columns, out)
 	}
 	if c := t.Changelog; c != nil {
 		v.connection(path+".changelog", &c.Connection)
@@ -222,15 +222,15 @@ func widens(from, to agg.Type) bool {
 	return false
 }
 
-// window checks a table's window: a timestamp field, a length in whole
-// milliseconds, its emit mode and late policy (lateness), and no field or
+// window checks a table's window: a timestamp field, a length or a gap in
+// whole milliseconds, its emit mode and late policy (lateness), and no field or
 // column already called window_start or window_end.
-func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow {
+func (v *validator) window(path string, t *TableSink, cols []TableColumn, out *Schema) *TableWindow {
 	w := t.Window
-	ok := true
 	windows, sized := v.windowSize(path, w)
+	gap, gapped := v.windowGap(path, w, cols)
 	retain, retained := v.windowRetain(path, w)
-	ok = sized && retained
+	ok := sized && gapped && retained
 	f, found := out.Field(w.On)
 	switch {
 	case w.On == "":
@@ -241,7 +241,7 @@ func (v *validator) window(path string, t *TableSink, out *Schema) *TableWindow 
 		v.fail(path+".on", "field %q has type %s; a window needs a timestamp", w.On, f.Type)
 		ok = false
 	}
-	tw := &TableWindow{Size: windows.Size, Slide: windows.Slide, Retain: retain, On: f,
+	tw := &TableWindow{Size: windows.Size, Slide: windows.Slide, Gap: gap, Retain: retain, On: f,
 		Final: w.Emit == EmitFinal, Lateness: w.AllowedLateness.Std(), Late: w.Late}
 	if !v.lateness(path, tw) || !v.windowExpanded(path, tw) {
 		ok = false

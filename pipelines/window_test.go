@@ -64,3 +64,32 @@ sink:
 		t.Errorf("dead-letter window: %+v, want the source's topic dl", w)
 	}
 }
+
+// TestSessionWindowDefaults: a session window takes late: drop by default
+// (in both emit modes) and always consults the watermark; a record is late
+// once the watermark reached its own time plus the allowed lateness.
+func TestSessionWindowDefaults(t *testing.T) {
+	const src = `
+job: {name: j}
+source:
+  kafka: {topics: [a], schema: {user: string, at: timestamp}, event_time: {field: at}}
+sink:
+  - table: {name: t1, primary_key: [user], columns: {c: {agg: count}}, window: {session: 30s, on: at}}
+  - table: {name: t2, primary_key: [user], columns: {c: {agg: count}}, window: {session: 30s, on: at, emit: final, allowed_lateness: 5s}}
+`
+	ps, err := Load([]File{{Name: "session.yaml", Data: []byte(src)}}, Options{LookupEnv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := ps[0].Tables[0].Window, ps[0].Tables[1].Window
+	if w1.Gap != 30*time.Second || w1.Final || w1.Late != LateDrop || !w1.Watermarked() || w1.Expanded() {
+		t.Errorf("updates session window: %+v, want gap 30s, late drop, watermarked, not expanded", *w1)
+	}
+	if w2.Gap != 30*time.Second || !w2.Final || w2.Late != LateDrop || w2.Lateness != 5*time.Second {
+		t.Errorf("final session window: %+v, want gap 30s, late drop, lateness 5s", *w2)
+	}
+	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC).UnixNano()
+	if w2.SessionLate(at, at+int64(5*time.Second)-1) || !w2.SessionLate(at, at+int64(5*time.Second)) {
+		t.Errorf("a session record at t is late from watermark t + lateness on")
+	}
+}

@@ -333,10 +333,10 @@ func (e *Env) kafkaSource(k *pipelines.KafkaSource) (kafka.Config, *errorPolicy,
 }
 
 // keyedWindows reports whether a table of p keeps its open windows in keyed
-// state (emit: final).
+// state (emit: final, or session windows).
 func keyedWindows(p *pipelines.Pipeline) bool {
 	for _, t := range p.Tables {
-		if t.Window != nil && t.Window.Final {
+		if t.Window != nil && (t.Window.Final || t.Window.Gap > 0) {
 			return true
 		}
 	}

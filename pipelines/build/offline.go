@@ -63,6 +63,9 @@ func NewOffline(p *pipelines.Pipeline) (*Offline, error) {
 		return nil, fmt.Errorf("the dedupe step keeps state across records: not supported offline")
 	}
 	for _, t := range p.Tables {
+		if w := t.Window; w != nil && w.Gap > 0 {
+			return nil, fmt.Errorf("table %s: a session window keeps state across records: not supported offline", t.Spec.Name)
+		}
 		if w := t.Window; w != nil && w.Expanded() {
 			return nil, fmt.Errorf("table %s: a hopping window or a retention is not supported offline", t.Spec.Name)
 		}

@@ -57,13 +57,14 @@ type finalCase struct {
 	late             pipelines.LatePolicy // drop or dead_letter
 	checkpoint       time.Duration        // the checkpoint interval (default 100ms)
 	updates          bool                 // emit: updates (with late: drop or dead_letter)
+	gap              time.Duration        // session windows with this gap instead of tumbling windows of size
 }
 
-// winKey is a window of a user; start in ns since the epoch (a time.Time
-// compares its location too).
+// winKey is a window of a user; start and end in ns since the epoch (a
+// time.Time compares its location too).
 type winKey struct {
-	user  string
-	start int64
+	user       string
+	start, end int64
 }
 
 type winAcc struct{ total, n, top int64 }
@@ -73,17 +74,34 @@ type finalModel struct {
 	c       finalCase
 	w       pipelines.TableWindow
 	rng     *rand.Rand
-	windows map[winKey]winAcc
-	late    map[int64]bool // amounts (unique) of the late records
-	front   time.Time      // the largest event time produced
-	wm      int64          // the watermark once the last phase is read
+	windows map[winKey]winAcc  // tumbling windows
+	counted map[string][]event // session windows: per user, the records that count
+	late    map[int64]bool     // amounts (unique) of the late records
+	front   time.Time          // the largest event time produced
+	wm      int64              // the watermark once the last phase is read
 	seq     int64
 }
 
+// event is a record of a session model: its event time and amount.
+type event struct{ at, amount int64 }
+
 func newFinalModel(c finalCase) *finalModel {
-	return &finalModel{c: c, w: pipelines.TableWindow{Size: c.size, Lateness: c.lateness}, rng: rand.New(rand.NewSource(c.seed)),
-		windows: map[winKey]winAcc{}, late: map[int64]bool{},
+	return &finalModel{c: c, w: pipelines.TableWindow{Size: c.size, Gap: c.gap, Lateness: c.lateness}, rng: rand.New(rand.NewSource(c.seed)),
+		windows: map[winKey]winAcc{}, counted: map[string][]event{}, late: map[int64]bool{},
 		front: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC), wm: watermark.Min}
+}
+
+// fate says whether a record at event time at counts, however high the
+// watermark gets while its phase is read (up to highest), or is late (its
+// window closed at the watermark of the phase before); neither: ambiguous.
+func (m *finalModel) fate(at time.Time, highest int64) (counts, late bool) {
+	if m.c.gap > 0 {
+		t := watermark.FromTime(at)
+		return !m.w.SessionLate(t, highest), m.w.SessionLate(t, m.wm)
+	}
+	_, end := m.w.Bounds(at)
+	closes := m.w.ClosesAt(end)
+	return closes > highest, closes <= m.wm
 }
 
 // phase makes the records of the next phase, applies them to the model and
@@ -91,43 +109,93 @@ func newFinalModel(c finalCase) *finalModel {
 // once it has read them.
 func (m *finalModel) phase(topic string, first bool) []*kgo.Record {
 	c := m.c
-	m.front = m.front.Add(c.size + time.Duration(m.rng.Int63n(int64(2*c.size/time.Millisecond)))*time.Millisecond)
+	unit, advance := c.size, time.Duration(0)
+	if c.gap == 0 {
+		advance = c.size + time.Duration(m.rng.Int63n(int64(2*c.size/time.Millisecond)))*time.Millisecond
+	} else {
+		// Sessions chain across phases only sometimes: a phase's records that
+		// count lie within the bound plus the lateness of its front.
+		unit = c.gap
+		advance = c.bound + c.lateness + time.Duration(m.rng.Int63n(int64(3*c.gap/time.Millisecond)))*time.Millisecond
+	}
+	m.front = m.front.Add(advance)
 	highest := watermark.FromTime(m.front) - int64(c.bound) - 1 // the most the watermark reaches in this phase
 	parts := c.parts
 	if !first {
 		parts-- // the last partition idles from now on
 	}
 	var recs []*kgo.Record
-	add := func(at time.Time) {
-		user := fmt.Sprintf("u%d", m.rng.Intn(c.keys))
+	add := func(at time.Time, user string, part int32) {
 		m.seq++
 		amount := m.seq
-		start, end := m.w.Bounds(at)
-		switch closes := m.w.ClosesAt(end); {
-		case closes > highest:
-			k := winKey{user, start.UnixNano()}
+		switch counts, late := m.fate(at, highest); {
+		case counts && c.gap > 0:
+			m.counted[user] = append(m.counted[user], event{watermark.FromTime(at), amount})
+		case counts:
+			start, end := m.w.Bounds(at)
+			k := winKey{user, start.UnixNano(), end.UnixNano()}
 			a := m.windows[k]
 			m.windows[k] = winAcc{a.total + amount, a.n + 1, max(a.top, amount)}
-		case closes <= m.wm:
+		case late:
 			m.late[amount] = true
 		default:
 			panic("ambiguous record generated")
 		}
-		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(m.rng.Intn(parts)),
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: part,
 			Value: fmt.Appendf(nil, `{"user":%q,"amount":%d,"at":%q}`, user, amount, at.Format(time.RFC3339Nano))})
 	}
-	add(m.front) // the phase's largest event time
-	span := int64((c.size + c.lateness + c.bound + 3*c.size) / time.Millisecond)
+	randomUser := func() string { return fmt.Sprintf("u%d", m.rng.Intn(c.keys)) }
+	add(m.front, randomUser(), int32(m.rng.Intn(parts))) // the phase's largest event time
+	span := int64((unit + c.lateness + c.bound + 3*unit) / time.Millisecond)
+	if c.gap > 0 {
+		span = int64((2*(c.lateness+c.bound) + 6*c.gap) / time.Millisecond) // late records too
+	}
 	for len(recs) < c.perPhase {
 		at := m.front.Add(-time.Duration(m.rng.Int63n(span)) * time.Millisecond)
-		_, end := m.w.Bounds(at)
-		if closes := m.w.ClosesAt(end); closes > highest || closes <= m.wm {
-			add(at)
+		if counts, late := m.fate(at, highest); counts || late {
+			add(at, randomUser(), int32(m.rng.Intn(parts)))
 		}
 	}
 	m.rng.Shuffle(len(recs)-1, func(i, j int) { recs[i+1], recs[j+1] = recs[j+1], recs[i+1] })
+	if bridge := 8 * c.gap / 5; c.gap > 0 && bridge < c.bound+c.lateness {
+		// A user of its own gets two sessions 1.6 gaps apart, then, after
+		// them in the same partition, a record that bridges them: one
+		// session, merged. All three count.
+		a := m.front.Add(-bridge)
+		for _, at := range []time.Time{a, m.front, a.Add(bridge / 2)} {
+			add(at, "bridge", 0)
+		}
+	}
 	m.wm = highest
 	return recs
+}
+
+// all returns every window with a record that counted: the tumbling
+// windows, or the sessions of the counted records (sorted by time, a new
+// session wherever two are a gap or more apart).
+func (m *finalModel) all() map[winKey]winAcc {
+	if m.c.gap == 0 {
+		return m.windows
+	}
+	out := map[winKey]winAcc{}
+	for user, evs := range m.counted {
+		evs = slices.SortedFunc(slices.Values(evs), func(a, b event) int { return cmp.Compare(a.at, b.at) })
+		var k winKey
+		var a winAcc
+		for i, e := range evs {
+			if i > 0 && e.at-evs[i-1].at >= int64(m.c.gap) {
+				out[k] = a
+				a = winAcc{}
+			}
+			if a.n == 0 {
+				k.user, k.start = user, e.at
+			}
+			k.end = e.at + int64(m.c.gap)
+			a = winAcc{a.total + e.amount, a.n + 1, max(a.top, e.amount)}
+		}
+		out[k] = a
+	}
+	return out
 }
 
 // expected returns what the table holds once the job read everything: the
@@ -135,7 +203,7 @@ func (m *finalModel) phase(topic string, first bool) []*kgo.Record {
 // (updates).
 func (m *finalModel) expected() map[winKey]winAcc {
 	if m.c.updates {
-		return maps.Clone(m.windows)
+		return maps.Clone(m.all())
 	}
 	return m.closed()
 }
@@ -143,8 +211,8 @@ func (m *finalModel) expected() map[winKey]winAcc {
 // closed returns the windows closed at the model's watermark.
 func (m *finalModel) closed() map[winKey]winAcc {
 	out := map[winKey]winAcc{}
-	for k, a := range m.windows {
-		if m.w.ClosesAt(time.Unix(0, k.start+int64(m.c.size))) <= m.wm {
+	for k, a := range m.all() {
+		if m.w.ClosesAt(time.Unix(0, k.end)) <= m.wm {
 			out[k] = a
 		}
 	}
@@ -162,6 +230,10 @@ func finalJob(c finalCase, name string, brokers []string, topic, deadLetters str
 	emit := "final"
 	if c.updates {
 		emit = "updates"
+	}
+	window := "tumble: " + ms(c.size)
+	if c.gap > 0 {
+		window = "session: " + ms(c.gap)
 	}
 	if c.checkpoint == 0 {
 		c.checkpoint = 100 * time.Millisecond
@@ -183,10 +255,10 @@ sink:
       total: {agg: sum, from: amount}
       n: {agg: count}
       top: {agg: max, from: amount}
-    window: {tumble: %s, on: at, emit: %[11]s, allowed_lateness: %[8]s, late: %[9]s}
+    window: {%s, on: at, emit: %[11]s, allowed_lateness: %[8]s, late: %[9]s}
     changelog: {brokers: [%[3]s], topic: %[4]s-changelog, format: debezium-json}
 checkpoint: {interval: %[10]s}
-`, name, c.par, strings.Join(brokers, ","), topic, ms(c.bound), dl, ms(c.size), ms(c.lateness), c.late, ms(c.checkpoint), emit)
+`, name, c.par, strings.Join(brokers, ","), topic, ms(c.bound), dl, window, ms(c.lateness), c.late, ms(c.checkpoint), emit)
 }
 
 // scanWindows reads the windowed table.
@@ -194,7 +266,7 @@ func scanWindows(t *testing.T, tab *aggmerge.Table) map[winKey]winAcc {
 	t.Helper()
 	got := map[winKey]winAcc{}
 	if err := tab.Scan(func(r aggmerge.Row) error {
-		got[winKey{r.Key[0].Str(), r.Key[1].Time().UnixNano()}] = winAcc{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int()}
+		got[winKey{r.Key[0].Str(), r.Key[1].Time().UnixNano(), r.Key[2].Time().UnixNano()}] = winAcc{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int()}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -206,16 +278,19 @@ func scanWindows(t *testing.T, tab *aggmerge.Table) map[winKey]winAcc {
 // equal).
 func diffWindows(got, want map[winKey]winAcc) string {
 	var d []string
+	span := func(k winKey) string {
+		return time.Unix(0, k.start).UTC().Format("15:04:05.000") + "-" + time.Unix(0, k.end).UTC().Format("15:04:05.000")
+	}
 	for _, k := range slices.SortedFunc(maps.Keys(want), cmpWin) {
 		if g, ok := got[k]; !ok {
-			d = append(d, fmt.Sprintf("window %s %s missing (want %v)", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), want[k]))
+			d = append(d, fmt.Sprintf("window %s %s missing (want %v)", k.user, span(k), want[k]))
 		} else if g != want[k] {
-			d = append(d, fmt.Sprintf("window %s %s: %v, want %v", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), g, want[k]))
+			d = append(d, fmt.Sprintf("window %s %s: %v, want %v", k.user, span(k), g, want[k]))
 		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(got), cmpWin) {
 		if _, ok := want[k]; !ok {
-			d = append(d, fmt.Sprintf("window %s %s written early or never closed: %v", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), got[k]))
+			d = append(d, fmt.Sprintf("window %s %s written early or never closed: %v", k.user, span(k), got[k]))
 		}
 	}
 	if len(d) > 4 {
@@ -280,7 +355,7 @@ func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, se
 			if e.Key == nil {
 				return nil // a marker
 			}
-			k := winKey{e.Key[0].Str(), e.Key[1].Time().UnixNano()}
+			k := winKey{e.Key[0].Str(), e.Key[1].Time().UnixNano(), e.Key[2].Time().UnixNano()}
 			switch got := (winAcc{e.After[0].Int(), e.After[1].Int(), e.After[2].Int()}); {
 			case e.Op != aggmerge.Insert:
 				return fmt.Errorf("window %v: a %v entry in the log of a final table", k, e.Op)
@@ -307,6 +382,7 @@ func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKe
 		var key struct {
 			User  string    `json:"user"`
 			Start time.Time `json:"window_start"`
+			End   time.Time `json:"window_end"`
 		}
 		var v struct {
 			Op     string          `json:"op"`
@@ -319,7 +395,7 @@ func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKe
 		if err := json.Unmarshal(r.Value, &v); err != nil || v.Op != "c" || string(v.Before) != "null" {
 			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a window (%v)", seed, r.Key, r.Value, err)
 		}
-		k := winKey{key.User, key.Start.UnixNano()}
+		k := winKey{key.User, key.Start.UnixNano(), key.End.UnixNano()}
 		if _, dup := seen[k]; dup {
 			t.Fatalf("seed %d: window %v twice in the changelog", seed, k)
 		}
@@ -328,6 +404,53 @@ func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKe
 	if d := diffWindows(seen, want); d != "" {
 		t.Fatalf("seed %d: the changelog: %s", seed, d)
 	}
+}
+
+// checkChangelogReplay replays the committed changelog topic
+// (debezium-json, read_committed) of an updates table whose rows are
+// deleted as sessions merge: creates, updates and deletes applied in order
+// must end in want, and there must be deletes (merges happened).
+func checkChangelogReplay(t *testing.T, brokers []string, topic string, want map[winKey]winAcc, seed int64) {
+	t.Helper()
+	got, deletes := map[winKey]winAcc{}, 0
+	for _, r := range kafkatest.ConsumeAll(t, brokers, topic) {
+		var key struct {
+			User  string    `json:"user"`
+			Start time.Time `json:"window_start"`
+			End   time.Time `json:"window_end"`
+		}
+		var v struct {
+			Op    string
+			After *struct{ Total, N, Top int64 }
+		}
+		if r.Value == nil {
+			continue // the tombstone after a delete, for compaction
+		}
+		if err := json.Unmarshal(r.Key, &key); err != nil {
+			t.Fatalf("seed %d: changelog key %s: %v", seed, r.Key, err)
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("seed %d: changelog record %s = %s: %v", seed, r.Key, r.Value, err)
+		}
+		k := winKey{key.User, key.Start.UnixNano(), key.End.UnixNano()}
+		_, exists := got[k]
+		switch {
+		case v.Op == "d" && exists:
+			delete(got, k)
+			deletes++
+		case (v.Op == "c") != exists && v.After != nil && (v.Op == "c" || v.Op == "u"):
+			got[k] = winAcc{v.After.Total, v.After.N, v.After.Top}
+		default:
+			t.Fatalf("seed %d: changelog record %s = %s on a row that exists: %v", seed, r.Key, r.Value, exists)
+		}
+	}
+	if d := diffWindows(got, want); d != "" {
+		t.Fatalf("seed %d: the changelog replayed: %s", seed, d)
+	}
+	if deletes == 0 {
+		t.Fatalf("seed %d: no session merged (no delete in the changelog)", seed)
+	}
+	t.Logf("seed %d: the changelog replayed equals the model, %d rows deleted by merges", seed, deletes)
 }
 
 // gaugeSum sums a gauge over its series.
@@ -402,13 +525,16 @@ func runFinalCase(t *testing.T, c finalCase) {
 		t.Fatalf("seed %d: run: %v", c.seed, err)
 	}
 	want := m.closed()
-	if len(want) == 0 || len(want) == len(m.windows) {
-		t.Fatalf("seed %d: %d of %d windows closed: the case proves little", c.seed, len(want), len(m.windows))
+	if len(want) == 0 || len(want) == len(m.all()) {
+		t.Fatalf("seed %d: %d of %d windows closed: the case proves little", c.seed, len(want), len(m.all()))
 	}
-	stopExport(!c.updates)
-	if !c.updates { // an updates table changes its rows: -U/+U
+	stopExport(!c.updates || c.gap > 0)
+	switch {
+	case !c.updates:
 		checkFinalLog(t, tab, want, c.seed)
 		checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+	case c.gap > 0: // merges delete the rows of the sessions they merged
+		checkChangelogReplay(t, brokers, topic+"-changelog", m.expected(), c.seed)
 	}
 	if n := lateCount(t, reg, c.late); n != len(m.late) {
 		t.Fatalf("seed %d: %d late records counted, want %d", c.seed, n, len(m.late))
@@ -429,7 +555,7 @@ func runFinalCase(t *testing.T, c finalCase) {
 			t.Fatalf("seed %d: %d dead letters, want the %d late records", c.seed, len(got), len(m.late))
 		}
 	}
-	t.Logf("seed %d: %d windows, %d closed and written once, %d late records", c.seed, len(m.windows), len(want), len(m.late))
+	t.Logf("seed %d: %d windows, %d closed and written once, %d late records", c.seed, len(m.all()), len(want), len(m.late))
 }
 
 // exportAll runs e's changelog exporters until stop is called, which waits
@@ -484,6 +610,46 @@ func TestWindowUpdatesLate(t *testing.T) {
 	}
 }
 
+// TestSessionWindowFinal: session windows with emit: final, out-of-order
+// and late records, records within the lateness, an idle partition, and
+// in every phase a record that bridges two sessions of one user (after
+// them in its partition): each session's row is written once when the
+// watermark passes its end plus the lateness, with the value of every
+// record of the merged session.
+func TestSessionWindowFinal(t *testing.T) {
+	for _, late := range []pipelines.LatePolicy{pipelines.LateDrop, pipelines.LateDeadLetter} {
+		t.Run(string(late), func(t *testing.T) {
+			runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 8, phases: 5, perPhase: 40,
+				gap: 2 * time.Second, lateness: 3 * time.Second, bound: time.Second, late: late})
+		})
+	}
+}
+
+// TestSessionWindowUpdates: the same with emit: updates: the table holds
+// every session as its records arrived, and a merge deletes the rows of
+// the sessions it merged (-D), which the committed changelog replays.
+func TestSessionWindowUpdates(t *testing.T) {
+	runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 8, phases: 5, perPhase: 40,
+		gap: 2 * time.Second, lateness: 3 * time.Second, bound: time.Second, late: pipelines.LateDrop, updates: true})
+}
+
+// TestSessionWindowProperty runs the session oracle over random cases:
+// partitions, parallelism, keys, gap, lateness (0 included), bound and
+// emit mode drawn from the seed.
+func TestSessionWindowProperty(t *testing.T) {
+	seed := crashtest.Seed(t, *seedFlag)
+	rng := rand.New(rand.NewSource(seed))
+	for i := range 3 {
+		c := finalCase{seed: rng.Int63(), parts: 2 + rng.Intn(3), par: 1 + rng.Intn(3), keys: 2 + rng.Intn(10),
+			phases: 3 + rng.Intn(3), perPhase: 20 + rng.Intn(60),
+			gap:      time.Duration(100+rng.Intn(3000)) * time.Millisecond,
+			lateness: time.Duration(rng.Intn(3)) * time.Duration(rng.Intn(3000)) * time.Millisecond,
+			bound:    time.Duration(500+rng.Intn(3000)) * time.Millisecond,
+			late:     pipelines.LateDrop, updates: rng.Intn(2) == 0}
+		t.Run(fmt.Sprint(i), func(t *testing.T) { runFinalCase(t, c) })
+	}
+}
+
 // TestWindowFinalProperty runs the oracle over random cases: partitions,
 // parallelism, keys, window size, lateness (0 included) and bound drawn
 // from the seed.
@@ -510,9 +676,33 @@ func TestWindowFinalProperty(t *testing.T) {
 // again, at the same watermarks, with the same values: the table, its log
 // and the committed changelog equal the model, each window once.
 func TestWindowFinalRestore(t *testing.T) {
-	c := finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 4, phases: 6, perPhase: 150,
+	runFinalRestore(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 4, phases: 6, perPhase: 150,
 		size: 10 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: pipelines.LateDrop,
-		checkpoint: time.Second} // rare checkpoints: the kill comes between two, after a firing
+		checkpoint: time.Second}) // rare checkpoints: the kill comes between two, after a firing
+}
+
+// TestSessionWindowFinalRestore is TestWindowFinalRestore with session
+// windows: the open sessions (their bounds and partials) and their timers
+// come back from the checkpoint, and the replay merges and fires the same
+// sessions with the same values.
+func TestSessionWindowFinalRestore(t *testing.T) {
+	runFinalRestore(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 8, phases: 6, perPhase: 40,
+		gap: 2 * time.Second, lateness: 3 * time.Second, bound: time.Second, late: pipelines.LateDrop,
+		checkpoint: time.Second})
+}
+
+// TestSessionWindowUpdatesRestore: the same with emit: updates, killed
+// while the sessions of a phase are written and merged: undo takes back
+// the writes and the deletes of the merges past the checkpoint, the replay
+// does them again, and the committed changelog replays to the model.
+func TestSessionWindowUpdatesRestore(t *testing.T) {
+	runFinalRestore(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 8, phases: 6, perPhase: 40,
+		gap: 2 * time.Second, lateness: 3 * time.Second, bound: time.Second, late: pipelines.LateDrop,
+		checkpoint: time.Second, updates: true})
+}
+
+// runFinalRestore runs the restore test of a case.
+func runFinalRestore(t *testing.T, c finalCase) {
 	const crashAfter = 3 // phases read before the checkpoint the restore starts from
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.NewTopic(t, brokers, c.parts)
@@ -536,11 +726,12 @@ func TestWindowFinalRestore(t *testing.T) {
 	// one was triggered after it.
 	for n := j.Status().Completed + 2; j.Status().Completed < n; time.Sleep(10 * time.Millisecond) {
 	}
-	fired := len(scanWindows(t, tab))
+	before := scanWindows(t, tab)
+	fired := len(before)
 	kafkatest.Produce(t, brokers, m.phase(topic, false)...)
-	for deadline := time.Now().Add(30 * time.Second); len(scanWindows(t, tab)) == fired; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); maps.Equal(scanWindows(t, tab), before); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: no window of phase %d fired", c.seed, crashAfter)
+			t.Fatalf("seed %d: no window of phase %d fired (or, emit: updates, was written)", c.seed, crashAfter)
 		}
 	}
 	kill()
@@ -572,16 +763,20 @@ func TestWindowFinalRestore(t *testing.T) {
 		t.Fatalf("seed %d: run: %v", c.seed, err)
 	}
 	want := m.closed()
-	if d := diffWindows(scanWindows(t, tab), want); d != "" {
+	if d := diffWindows(scanWindows(t, tab), m.expected()); d != "" {
 		t.Fatalf("seed %d: the table: %s", c.seed, d)
 	}
 	stopExport(true)
-	checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+	if c.updates {
+		checkChangelogReplay(t, brokers, topic+"-changelog", m.expected(), c.seed)
+	} else {
+		checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+	}
 	undone := int(gaugeSum(t, reg, "ebbflow_sink_undo_keys_restored"))
 	if undone == 0 {
 		t.Fatalf("seed %d: the restore undid no firing: the kill left nothing past the checkpoint, the test proved little", c.seed)
 	}
-	t.Logf("seed %d: %d windows, %d closed and written once across the restore, which undid %d", c.seed, len(m.windows), len(want), undone)
+	t.Logf("seed %d: %d windows, %d closed and written once across the restore, which undid %d", c.seed, len(m.all()), len(want), undone)
 }
 
 // scanWindowsOf reads the windowed table of p under dir while no Env has it

@@ -48,32 +48,38 @@ import (
 // state lookup, and timers of one time fire in the order of the encoded
 // key.
 
-// windowed is what the window operator emits: an on-time record of an
-// updates window (row); a closed final window (key: the table key, vals:
-// the partial aggregate of each column); or, with late set, a late record
-// (row) to dead-letter.
+// windowed is what a window operator emits: an on-time record of an
+// updates window (row); partial aggregates of a window's row (key: the
+// table key, vals: the partial of each column), a closed final window or a
+// session's update; with clear, the removal of a merged session's row
+// (key); or, with late set, a late record (row) to dead-letter.
 type windowed struct {
-	row  Row
-	key  []agg.Value
-	vals []agg.Value
-	late error
+	row   Row
+	key   []agg.Value
+	vals  []agg.Value
+	clear bool
+	late  error
 }
 
 // windowSink adds the window operator of table t (sink i) reading in, and
-// the writer of the table after it.
+// the writer of the table after it: "<sink>-window" keyed by the table key
+// (a session window: by the primary key, sessionProc).
 func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table *aggmerge.Table, cfg writer.Config, in runtime.Stream[Row]) error {
 	name := p.Spec.Sinks[i].Name
 	w := t.Window
+	keyOf, newProc := encodeWindowKey, func() runtime.KeyedProcessor[string, Row, windowed] { return newWindowProc(t, table, cfg.Columns) }
+	if w.Gap > 0 {
+		keyOf = encodeSessionKey
+		newProc = func() runtime.KeyedProcessor[string, Row, windowed] { return newSessionProc(t, table, cfg.Columns) }
+	}
 	ks := runtime.KeyBy(in, func(r Row) string {
-		k, err := encodeWindowKey(t, table, r, nil)
+		k, err := keyOf(t, table, r, nil)
 		if err != nil {
 			return "" // no table key encodes to nothing: Process finds the error again
 		}
 		return string(k)
 	}, state.StringCodec{})
-	out := runtime.Process(ks, name+"-window", func() runtime.KeyedProcessor[string, Row, windowed] {
-		return newWindowProc(t, table, cfg.Columns)
-	})
+	out := runtime.Process(ks, name+"-window", newProc)
 	if w.Late == pipelines.LateDeadLetter {
 		policy, err := e.lateDeadLetters(w.DeadLetter)
 		if err != nil {
@@ -83,9 +89,11 @@ func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table 
 			return &lateOp{policy: policy, rows: p.NewRowBuilder()}
 		})
 	}
-	cfg.Partials = w.Final
+	cfg.Partials = w.Final || w.Gap > 0
+	cfg.Clears = w.Gap > 0 && !w.Final
 	rows := mapper(p, t)
 	return writer.To(out, name, cfg, func(v windowed, row *writer.Row) error {
+		row.Clear = v.clear
 		if v.row != nil {
 			return rows(v.row, row)
 		}
@@ -115,46 +123,35 @@ func encodeWindowKey(t *pipelines.Table, table *aggmerge.Table, r Row, dst []byt
 	return table.AppendKey(dst, key)
 }
 
-// windowProc is a subtask of "<sink>-window".
+// windowProc is a subtask of "<sink>-window" for a tumbling window.
 type windowProc struct {
 	t        *pipelines.Table
 	table    *aggmerge.Table
 	keyTypes []agg.Type
-	funcs    []*agg.Func // of the columns written, in the order of t.Columns
-	types    []agg.Type
+	parts    partials
 	ctx      *runtime.Context
 	timers   *runtime.EventTimers[string]
 	windows  *state.Value[string, []agg.Value] // emit: final: the partials of each open window
-	late     prometheus.Counter
-	vals     []agg.Value
+	late     lateRecords
 }
 
 func newWindowProc(t *pipelines.Table, table *aggmerge.Table, cols []string) *windowProc {
-	w := &windowProc{t: t, table: table}
-	sch := table.Schema()
-	for _, c := range sch.Key {
+	w := &windowProc{t: t, table: table, parts: newPartials(t, table, cols), late: lateRecords{t: t}}
+	for _, c := range table.Schema().Key {
 		w.keyTypes = append(w.keyTypes, c.Type)
-	}
-	for _, name := range cols {
-		i := sch.ValueIndex(name)
-		w.funcs = append(w.funcs, table.Func(i))
-		w.types = append(w.types, sch.Values[i].Type)
 	}
 	return w
 }
 
 func (w *windowProc) Open(ctx *runtime.Context, keyed *state.Keyed) error {
 	w.ctx = ctx
-	w.late = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_late_records_total",
-		Help:        "Records that came after their window closed (the watermark passed its end plus allowed_lateness), by the window's late policy.",
-		ConstLabels: prometheus.Labels{"table": w.t.Spec.Name, "policy": string(w.t.Window.Late)}})
-	if err := ctx.Registerer.Register(w.late); err != nil {
-		return fmt.Errorf("register window metrics: %w", err)
+	if err := w.late.register(ctx); err != nil {
+		return err
 	}
 	if !w.t.Window.Final {
 		return nil
 	}
-	w.windows = state.NewValue(keyed, "windows", state.StringCodec{}, state.Codec[[]agg.Value](partialsCodec{w.types}))
+	w.windows = state.NewValue(keyed, "windows", state.StringCodec{}, state.Codec[[]agg.Value](partialsCodec{w.parts.types}))
 	var err error
 	w.timers, err = runtime.NewEventTimers(ctx, keyed, state.StringCodec{})
 	return err
@@ -163,25 +160,21 @@ func (w *windowProc) Open(ctx *runtime.Context, keyed *state.Keyed) error {
 func (w *windowProc) Process(key string, r Row, out *runtime.Collector[windowed]) error {
 	if key == "" {
 		_, err := encodeWindowKey(w.t, w.table, r, nil)
-		return errors.Join(err, fmt.Errorf("table %s: a record without its window key", w.t.Spec.Name))
+		return w.late.noKey(err)
 	}
 	win := w.t.Window
 	_, end := win.Bounds(r[win.On.Slot].(time.Time)) // the key holds it: not null
 	closes := win.ClosesAt(end)
 	if wm := w.ctx.Watermark(); closes <= wm {
-		w.late.Inc()
-		if win.Late == pipelines.LateDeadLetter {
-			out.Emit(windowed{row: r, late: fmt.Errorf("late: table %s: its window ending %s closed at watermark %s (allowed lateness %s)",
-				w.t.Spec.Name, end.Format(time.RFC3339Nano), watermark.Format(wm), win.Lateness)})
-		}
+		w.late.emit(r, out, fmt.Errorf("late: table %s: its window ending %s closed at watermark %s (allowed lateness %s)",
+			w.t.Spec.Name, end.Format(time.RFC3339Nano), watermark.Format(wm), win.Lateness))
 		return nil
 	}
 	if !win.Final {
 		out.Emit(windowed{row: r})
 		return nil
 	}
-	vals, err := appendValues(w.t, r, w.vals[:0])
-	w.vals = vals
+	next, err := w.parts.of(r)
 	if err != nil {
 		return err
 	}
@@ -189,17 +182,9 @@ func (w *windowProc) Process(key string, r Row, out *runtime.Collector[windowed]
 	if err != nil {
 		return err
 	}
-	next := make([]agg.Value, len(vals)) // the state keeps it
-	for j, v := range vals {
-		in, err := agg.Conform(w.types[j], v)
-		if err != nil {
-			return fmt.Errorf("table %s column %s: %w", w.t.Spec.Name, w.t.Columns[j].Name, err)
-		}
-		next[j] = w.funcs[j].Partial(in)
-		if found {
-			if next[j], err = w.funcs[j].Combine(acc[j], next[j]); err != nil {
-				return fmt.Errorf("table %s column %s: %w", w.t.Spec.Name, w.t.Columns[j].Name, err)
-			}
+	if found {
+		if next, err = w.parts.combine(acc, next); err != nil {
+			return err
 		}
 	}
 	if err := w.windows.Put(key, next); err != nil {
@@ -226,6 +211,91 @@ func (w *windowProc) OnEventTime(key string, _ int64, out *runtime.Collector[win
 }
 
 func (w *windowProc) Close() error { return nil }
+
+// lateRecords counts the late records of a window operator
+// (ebbflow_late_records_total) and, with late: dead_letter, hands them on
+// to "<sink>-late".
+type lateRecords struct {
+	t       *pipelines.Table
+	counter prometheus.Counter
+}
+
+func (l *lateRecords) register(ctx *runtime.Context) error {
+	l.counter = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_late_records_total",
+		Help:        "Records that came after their window closed (the watermark passed its end plus allowed_lateness), by the window's late policy.",
+		ConstLabels: prometheus.Labels{"table": l.t.Spec.Name, "policy": string(l.t.Window.Late)}})
+	if err := ctx.Registerer.Register(l.counter); err != nil {
+		return fmt.Errorf("register window metrics: %w", err)
+	}
+	return nil
+}
+
+// emit counts late record r and, to be dead-lettered, emits it with why.
+func (l *lateRecords) emit(r Row, out *runtime.Collector[windowed], why error) {
+	l.counter.Inc()
+	if l.t.Window.Late == pipelines.LateDeadLetter {
+		out.Emit(windowed{row: r, late: why})
+	}
+}
+
+// noKey is the error of a record that reached the operator without a key
+// (its encoding failed with err).
+func (l *lateRecords) noKey(err error) error {
+	return errors.Join(err, fmt.Errorf("table %s: a record without its window key", l.t.Spec.Name))
+}
+
+// partials turns records into the partial aggregates of the columns a
+// window operator writes (agg.Func Partial and Combine), in the order of
+// t.Columns.
+type partials struct {
+	t     *pipelines.Table
+	funcs []*agg.Func
+	types []agg.Type
+	vals  []agg.Value
+}
+
+func newPartials(t *pipelines.Table, table *aggmerge.Table, cols []string) partials {
+	p := partials{t: t}
+	sch := table.Schema()
+	for _, name := range cols {
+		i := sch.ValueIndex(name)
+		p.funcs = append(p.funcs, table.Func(i))
+		p.types = append(p.types, sch.Values[i].Type)
+	}
+	return p
+}
+
+// of returns the partials of record r, in a new slice.
+func (p *partials) of(r Row) ([]agg.Value, error) {
+	vals, err := appendValues(p.t, r, p.vals[:0])
+	p.vals = vals
+	if err != nil {
+		return nil, err
+	}
+	out := make([]agg.Value, len(vals))
+	for j, v := range vals {
+		in, err := agg.Conform(p.types[j], v)
+		if err != nil {
+			return nil, fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, p.t.Columns[j].Name, err)
+		}
+		out[j] = p.funcs[j].Partial(in)
+	}
+	return out, nil
+}
+
+// combine returns, in a new slice, the partials a combined with b (b came
+// later); neither is changed, as the state or a downstream batch may hold
+// them.
+func (p *partials) combine(a, b []agg.Value) ([]agg.Value, error) {
+	out := make([]agg.Value, len(a))
+	for j := range a {
+		var err error
+		if out[j], err = p.funcs[j].Combine(a[j], b[j]); err != nil {
+			return nil, fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, p.t.Columns[j].Name, err)
+		}
+	}
+	return out, nil
+}
 
 // partialsCodec stores a window's partial aggregates as a table row of the
 // columns' types.

@@ -405,6 +405,17 @@ func (t *Table) AppendKey(dst []byte, key []agg.Value) ([]byte, error) {
 	return t.appendKey(dst, key, len(t.keyTypes))
 }
 
+// AppendKeyPrefix appends the encoding of the first len(prefix) key
+// columns to dst, as AppendKey encodes them: a prefix of the full key's
+// encoding (what ScanPrefix scans), decodable by encoding.DecodeKey with
+// those columns' types.
+func (t *Table) AppendKeyPrefix(dst []byte, prefix []agg.Value) ([]byte, error) {
+	if len(prefix) > len(t.keyTypes) {
+		return nil, fmt.Errorf("%w: prefix of %d values for a key of %d", ErrInvalid, len(prefix), len(t.keyTypes))
+	}
+	return t.appendKey(dst, prefix, len(prefix))
+}
+
 // Bucket returns the bucket of a primary key.
 func (t *Table) Bucket(key []agg.Value) (int, error) {
 	k, err := t.EncodeKey(key)
