@@ -62,24 +62,30 @@ type windowed struct {
 }
 
 // windowSink adds the window operator of table t (sink i) reading in, and
-// the writer of the table after it: "<sink>-window" keyed by the table key
-// (a session window: by the primary key, sessionProc).
+// the writer of the table after it: "<sink>-window", keyed by the table key
+// (windowProc), or, for a session window, by the primary key
+// (sessionWindows).
 func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table *aggmerge.Table, cfg writer.Config, in runtime.Stream[Row]) error {
 	name := p.Spec.Sinks[i].Name
 	w := t.Window
-	keyOf, newProc := encodeWindowKey, func() runtime.KeyedProcessor[string, Row, windowed] { return newWindowProc(t, table, cfg.Columns) }
+	var out runtime.Stream[windowed]
 	if w.Gap > 0 {
-		keyOf = encodeSessionKey
-		newProc = func() runtime.KeyedProcessor[string, Row, windowed] { return newSessionProc(t, table, cfg.Columns) }
-	}
-	ks := runtime.KeyBy(in, func(r Row) string {
-		k, err := keyOf(t, table, r, nil)
-		if err != nil {
-			return "" // no table key encodes to nothing: Process finds the error again
+		var err error
+		if out, err = sessionWindows(t, table, cfg.Columns, name+"-window", in); err != nil {
+			return err
 		}
-		return string(k)
-	}, state.StringCodec{})
-	out := runtime.Process(ks, name+"-window", newProc)
+	} else {
+		ks := runtime.KeyBy(in, func(r Row) string {
+			k, err := encodeWindowKey(t, table, r, nil)
+			if err != nil {
+				return "" // no table key encodes to nothing: Process finds the error again
+			}
+			return string(k)
+		}, state.StringCodec{})
+		out = runtime.Process(ks, name+"-window", func() runtime.KeyedProcessor[string, Row, windowed] {
+			return newWindowProc(t, table, cfg.Columns)
+		})
+	}
 	if w.Late == pipelines.LateDeadLetter {
 		policy, err := e.lateDeadLetters(w.DeadLetter)
 		if err != nil {
@@ -160,7 +166,7 @@ func (w *windowProc) Open(ctx *runtime.Context, keyed *state.Keyed) error {
 func (w *windowProc) Process(key string, r Row, out *runtime.Collector[windowed]) error {
 	if key == "" {
 		_, err := encodeWindowKey(w.t, w.table, r, nil)
-		return w.late.noKey(err)
+		return errors.Join(err, fmt.Errorf("table %s: a record without its window key", w.t.Spec.Name))
 	}
 	win := w.t.Window
 	_, end := win.Bounds(r[win.On.Slot].(time.Time)) // the key holds it: not null
@@ -220,10 +226,15 @@ type lateRecords struct {
 	counter prometheus.Counter
 }
 
+// lateLabels label the late records of table t's window.
+func lateLabels(t *pipelines.Table) prometheus.Labels {
+	return prometheus.Labels{"table": t.Spec.Name, "policy": string(t.Window.Late)}
+}
+
 func (l *lateRecords) register(ctx *runtime.Context) error {
 	l.counter = prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_late_records_total",
 		Help:        "Records that came after their window closed (the watermark passed its end plus allowed_lateness), by the window's late policy.",
-		ConstLabels: prometheus.Labels{"table": l.t.Spec.Name, "policy": string(l.t.Window.Late)}})
+		ConstLabels: lateLabels(l.t)})
 	if err := ctx.Registerer.Register(l.counter); err != nil {
 		return fmt.Errorf("register window metrics: %w", err)
 	}
@@ -238,12 +249,6 @@ func (l *lateRecords) emit(r Row, out *runtime.Collector[windowed], why error) {
 	}
 }
 
-// noKey is the error of a record that reached the operator without a key
-// (its encoding failed with err).
-func (l *lateRecords) noKey(err error) error {
-	return errors.Join(err, fmt.Errorf("table %s: a record without its window key", l.t.Spec.Name))
-}
-
 // partials turns records into the partial aggregates of the columns a
 // window operator writes (agg.Func Partial and Combine), in the order of
 // t.Columns.
@@ -251,7 +256,6 @@ type partials struct {
 	t     *pipelines.Table
 	funcs []*agg.Func
 	types []agg.Type
-	vals  []agg.Value
 }
 
 func newPartials(t *pipelines.Table, table *aggmerge.Table, cols []string) partials {
@@ -265,18 +269,19 @@ func newPartials(t *pipelines.Table, table *aggmerge.Table, cols []string) parti
 	return p
 }
 
-// of returns the partials of record r, in a new slice.
-func (p *partials) of(r Row) ([]agg.Value, error) {
-	vals, err := appendValues(p.t, r, p.vals[:0])
-	p.vals = vals
-	if err != nil {
-		return nil, err
-	}
-	out := make([]agg.Value, len(vals))
-	for j, v := range vals {
+// of returns the partials of record r, in a new slice. It keeps no
+// scratch: the subtasks of a session window share one partials.
+func (p partials) of(r Row) ([]agg.Value, error) {
+	out := make([]agg.Value, len(p.t.Columns))
+	for j := range p.t.Columns {
+		c := &p.t.Columns[j]
+		v, err := c.Value(r)
+		if err != nil {
+			return nil, err
+		}
 		in, err := agg.Conform(p.types[j], v)
 		if err != nil {
-			return nil, fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, p.t.Columns[j].Name, err)
+			return nil, fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, c.Name, err)
 		}
 		out[j] = p.funcs[j].Partial(in)
 	}
@@ -286,7 +291,7 @@ func (p *partials) of(r Row) ([]agg.Value, error) {
 // combine returns, in a new slice, the partials a combined with b (b came
 // later); neither is changed, as the state or a downstream batch may hold
 // them.
-func (p *partials) combine(a, b []agg.Value) ([]agg.Value, error) {
+func (p partials) combine(a, b []agg.Value) ([]agg.Value, error) {
 	out := make([]agg.Value, len(a))
 	for j := range a {
 		var err error
