@@ -32,8 +32,8 @@ const (
 )
 
 type finalWindow struct {
-	user  string
-	start int64 // ns since the epoch
+	user       string
+	start, end int64 // ns since the epoch
 }
 
 type finalValue struct{ total, orders, top int64 }
@@ -46,12 +46,45 @@ type finalInput struct {
 	topic   string
 	clock   [3]time.Time // per partition: its largest event time
 	seq     int64
-	windows map[finalWindow]finalValue
+	gap     time.Duration              // session windows with this gap, not tumbling ones of finalSize
+	windows map[finalWindow]finalValue // tumbling
+	events  map[string][]finalEvent    // sessions: per user, every record
 }
 
-// closesAt is TableWindow.ClosesAt of the job's window.
-func closesAt(start int64) int64 {
-	return start + int64(finalSize) - 1 + int64(finalLateness)
+// finalEvent is a record of a session window's input.
+type finalEvent struct{ at, amount int64 }
+
+// closesAt is TableWindow.ClosesAt of the job's window ending at end.
+func closesAt(end int64) int64 {
+	return end - 1 + int64(finalLateness)
+}
+
+// all returns every window of the input: the tumbling windows, or the
+// sessions of each user's records sorted by time (split where two are a
+// gap or more apart).
+func (in *finalInput) all() map[finalWindow]finalValue {
+	if in.gap == 0 {
+		return in.windows
+	}
+	out := map[finalWindow]finalValue{}
+	for user, evs := range in.events {
+		evs = slices.SortedFunc(slices.Values(evs), func(a, b finalEvent) int { return cmp.Compare(a.at, b.at) })
+		var k finalWindow
+		var v finalValue
+		for i, e := range evs {
+			if i > 0 && e.at-evs[i-1].at >= int64(in.gap) {
+				out[k] = v
+				v = finalValue{}
+			}
+			if v.orders == 0 {
+				k.user, k.start = user, e.at
+			}
+			k.end = e.at + int64(in.gap)
+			v = finalValue{v.total + e.amount, v.orders + 1, max(v.top, e.amount)}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // produce writes n records, each to a random partition, whose event time
@@ -77,9 +110,14 @@ func (in *finalInput) add(rec **kgo.Record, p int, at time.Time) {
 	user := fmt.Sprintf("u%02d", in.rng.Intn(20))
 	in.seq++
 	amount := in.seq%997 + 1
-	k := finalWindow{user, at.UnixNano() - at.UnixNano()%int64(finalSize)}
-	w := in.windows[k]
-	in.windows[k] = finalValue{w.total + amount, w.orders + 1, max(w.top, amount)}
+	if in.gap > 0 {
+		in.events[user] = append(in.events[user], finalEvent{at.UnixNano(), amount})
+	} else {
+		start := at.UnixNano() - at.UnixNano()%int64(finalSize)
+		k := finalWindow{user, start, start + int64(finalSize)}
+		w := in.windows[k]
+		in.windows[k] = finalValue{w.total + amount, w.orders + 1, max(w.top, amount)}
+	}
 	v, _ := json.Marshal(map[string]any{"seq": in.seq, "user": user, "amount": amount, "at": at.Format(time.RFC3339Nano)})
 	*rec = &kgo.Record{Topic: in.topic, Partition: int32(p), Value: v}
 }
@@ -105,16 +143,17 @@ func (in *finalInput) highest() int64 {
 // closed returns the windows closed at the highest watermark.
 func (in *finalInput) closed() map[finalWindow]finalValue {
 	out := map[finalWindow]finalValue{}
-	for k, v := range in.windows {
-		if closesAt(k.start) <= in.highest() {
+	for k, v := range in.all() {
+		if closesAt(k.end) <= in.highest() {
 			out[k] = v
 		}
 	}
 	return out
 }
 
-// scanFinal reads the table with "table scan -o json".
-func scanFinal(t *testing.T, dir string) map[finalWindow]finalValue {
+// scanFinal reads the table with "table scan -o json"; size is the
+// windows' length (0: sessions).
+func scanFinal(t *testing.T, dir string, size time.Duration) map[finalWindow]finalValue {
 	t.Helper()
 	out, code := runCLI(t, nil, "table", "scan", "--data-dir", dir, "--table", "per_window", "-o", "json")
 	if code != 0 {
@@ -131,10 +170,10 @@ func scanFinal(t *testing.T, dir string) map[finalWindow]finalValue {
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("row %q: %v", line, err)
 		}
-		if r.WindowEnd.Sub(r.WindowStart) != finalSize {
-			t.Fatalf("row %q: not a window of %s", line, finalSize)
+		if size > 0 && r.WindowEnd.Sub(r.WindowStart) != size {
+			t.Fatalf("row %q: not a window of %s", line, size)
 		}
-		got[finalWindow{r.User, r.WindowStart.UnixNano()}] = finalValue{r.Total, r.Orders, r.Top}
+		got[finalWindow{r.User, r.WindowStart.UnixNano(), r.WindowEnd.UnixNano()}] = finalValue{r.Total, r.Orders, r.Top}
 	}
 	return got
 }
@@ -144,20 +183,21 @@ func scanFinal(t *testing.T, dir string) map[finalWindow]finalValue {
 // another value is wrong; with all, a closed window missing too ("": none).
 func diffFinal(got, want, every map[finalWindow]finalValue, all bool) string {
 	var d []string
+	at := func(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000") }
 	for _, k := range slices.SortedFunc(maps.Keys(got), cmpFinal) {
 		switch w, ok := want[k]; {
 		case !ok && every[k] != (finalValue{}):
-			d = append(d, fmt.Sprintf("window %s %s written early (it closes at %s)", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), time.Unix(0, closesAt(k.start)).UTC().Format(time.TimeOnly)))
+			d = append(d, fmt.Sprintf("window %s %s-%s written early (it closes at %s)", k.user, at(k.start), at(k.end), at(closesAt(k.end))))
 		case !ok:
-			d = append(d, fmt.Sprintf("window %s %s is not in the input", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly)))
+			d = append(d, fmt.Sprintf("window %s %s-%s is not in the input", k.user, at(k.start), at(k.end)))
 		case got[k] != w:
-			d = append(d, fmt.Sprintf("window %s %s: %+v, want %+v", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly), got[k], w))
+			d = append(d, fmt.Sprintf("window %s %s-%s: %+v, want %+v", k.user, at(k.start), at(k.end), got[k], w))
 		}
 	}
 	if all {
 		for _, k := range slices.SortedFunc(maps.Keys(want), cmpFinal) {
 			if _, ok := got[k]; !ok {
-				d = append(d, fmt.Sprintf("window %s %s missing", k.user, time.Unix(0, k.start).UTC().Format(time.TimeOnly)))
+				d = append(d, fmt.Sprintf("window %s %s-%s missing", k.user, at(k.start), at(k.end)))
 			}
 		}
 	}
@@ -181,6 +221,25 @@ func cmpFinal(a, b finalWindow) int {
 // the committed changelog (debezium-json, read_committed) one creation
 // per window and key with its final value, nothing else.
 func TestAbuseWindowFinalSIGKILL(t *testing.T) {
+	runAbuseFinal(t, "testdata/final_windows.yaml", 0)
+}
+
+// TestAbuseSessionFinalSIGKILL is the same harness with session windows
+// (testdata/final_sessions.yaml: a gap of 1s, so users' sessions hold a
+// few records each and records arriving out of order merge them): after
+// every kill only closed sessions with their exact values, at the end
+// every session once in the table and the committed changelog.
+func TestAbuseSessionFinalSIGKILL(t *testing.T) {
+	runAbuseFinal(t, "testdata/final_sessions.yaml", time.Second)
+}
+
+// runAbuseFinal runs the harness on job file (gap: its session gap, 0 for
+// its tumbling windows of finalSize).
+func runAbuseFinal(t *testing.T, file string, gap time.Duration) {
+	size := finalSize
+	if gap > 0 {
+		size = 0
+	}
 	seed := *seedFlag
 	if seed == 0 {
 		seed = time.Now().UnixNano()
@@ -188,13 +247,13 @@ func TestAbuseWindowFinalSIGKILL(t *testing.T) {
 	t.Logf("seed %d (replay with -seed %d)", seed, seed)
 	brokers := kafkatest.Brokers(t)
 	in := &finalInput{t: t, rng: rand.New(rand.NewSource(seed)), brokers: brokers,
-		topic: kafkatest.NewTopic(t, brokers, 3), windows: map[finalWindow]finalValue{}}
+		topic: kafkatest.NewTopic(t, brokers, 3), gap: gap, windows: map[finalWindow]finalValue{}, events: map[string][]finalEvent{}}
 	for p := range in.clock {
 		in.clock[p] = time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	}
 	changelog := kafkatest.TopicName(t, brokers)
 	dir := t.TempDir()
-	args := []string{"run", "-f", "testdata/final_windows.yaml", "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
+	args := []string{"run", "-f", file, "--data-dir", dir, "--http-address", "127.0.0.1:0", "--summary", "0"}
 	env := []string{syncWritesEnv + "=1", "KAFKA_BROKERS=" + strings.Join(brokers, ","), "ORDERS_TOPIC=" + in.topic, "CHANGELOG_TOPIC=" + changelog}
 	undone := 0
 	for k := range *killsFlag {
@@ -210,12 +269,12 @@ func TestAbuseWindowFinalSIGKILL(t *testing.T) {
 		}
 		c.exitCode(t, 30*time.Second)
 		undone += undoneKeys(c)
-		got := scanFinal(t, dir)
-		if d := diffFinal(got, in.closed(), in.windows, false); d != "" {
+		got := scanFinal(t, dir, size)
+		if d := diffFinal(got, in.closed(), in.all(), false); d != "" {
 			t.Fatalf("seed %d: after kill %d: %s", seed, k+1, d)
 		}
 		t.Logf("kill %d after %s: %d windows in the table, %d closed by the input, %d open (the undo at that run's start restored %d keys)",
-			k+1, wait, len(got), len(in.closed()), len(in.windows)-len(in.closed()), undoneKeys(c))
+			k+1, wait, len(got), len(in.closed()), len(in.all())-len(in.closed()), undoneKeys(c))
 	}
 	in.end()
 	want := in.closed()
@@ -225,14 +284,14 @@ func TestAbuseWindowFinalSIGKILL(t *testing.T) {
 		if liveRunner(dir) == "" {
 			return false
 		}
-		diff = diffFinal(scanFinal(t, dir), want, in.windows, true)
+		diff = diffFinal(scanFinal(t, dir, size), want, in.all(), true)
 		return diff == ""
 	})
 	stopGracefully(t, c)
 	if undone += undoneKeys(c); undone == 0 { // the last run's start undid the last kill's
 		t.Fatalf("seed %d: %d kills, and no undo restored a key: the kills left nothing past the checkpoints, so the test proved little", seed, *killsFlag)
 	}
-	if d := diffFinal(scanFinal(t, dir), want, in.windows, true); d != "" {
+	if d := diffFinal(scanFinal(t, dir, size), want, in.all(), true); d != "" {
 		t.Fatalf("seed %d: %s", seed, d)
 	}
 	kafkatest.WaitStable(t, brokers, changelog)
@@ -241,6 +300,7 @@ func TestAbuseWindowFinalSIGKILL(t *testing.T) {
 		var key struct {
 			User        string    `json:"user"`
 			WindowStart time.Time `json:"window_start"`
+			WindowEnd   time.Time `json:"window_end"`
 		}
 		var v struct {
 			Op     string          `json:"op"`
@@ -250,13 +310,13 @@ func TestAbuseWindowFinalSIGKILL(t *testing.T) {
 		if json.Unmarshal(r.Key, &key) != nil || json.Unmarshal(r.Value, &v) != nil || v.Op != "c" || string(v.Before) != "null" {
 			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a window", seed, r.Key, r.Value)
 		}
-		k := finalWindow{key.User, key.WindowStart.UnixNano()}
+		k := finalWindow{key.User, key.WindowStart.UnixNano(), key.WindowEnd.UnixNano()}
 		if _, dup := seen[k]; dup {
 			t.Fatalf("seed %d: window %v twice in the committed changelog", seed, k)
 		}
 		seen[k] = finalValue{v.After.Total, v.After.Orders, v.After.Top}
 	}
-	if d := diffFinal(seen, want, in.windows, true); d != "" {
+	if d := diffFinal(seen, want, in.all(), true); d != "" {
 		t.Fatalf("seed %d: the committed changelog: %s", seed, d)
 	}
 	t.Logf("seed %d: %d windows final, each once in the table and the changelog; undo restored %d keys over the runs", seed, len(want), undone)
