@@ -9,16 +9,16 @@ import (
 // table and its changelog grow with distinct keys, not with records. Values
 // are kept as partial aggregates, one agg.Accumulator per key and column (a
 // sketch stays decoded until the drain), and written in aggmerge.Partial
-// mode. Keys and accumulators live in flat slices reused across flushes;
-// only a key first seen in a flush allocates (its map entry), and a sketch
-// seen twice for a key (its decoded form). A combiner of partials (the
+// mode. Keys and accumulators live in flat slices reused across flushes,
+// found through a keyIndex over the keys; only a sketch seen twice for a key
+// allocates (its decoded form). A combiner of partials (the
 // sink's Config.Partials) folds its values as they are, without
 // agg.Func.Partial.
 type combiner struct {
 	partials bool
 	funcs    []*agg.Func
 	types    []agg.Type
-	index    map[string]int
+	index    keyIndex
 	keys     []byte            // encoded keys, back to back
 	ends     []int             // end of each slot's key in keys
 	accs     []agg.Accumulator // len(funcs) per slot
@@ -26,7 +26,7 @@ type combiner struct {
 }
 
 func newCombiner(t *aggmerge.Table, cols []int, partials bool) *combiner {
-	c := &combiner{partials: partials, index: map[string]int{}}
+	c := &combiner{partials: partials, index: newKeyIndex()}
 	for _, i := range cols {
 		c.funcs = append(c.funcs, t.Func(i))
 		c.types = append(c.types, t.Schema().Values[i].Type)
@@ -35,7 +35,16 @@ func newCombiner(t *aggmerge.Table, cols []int, partials bool) *combiner {
 }
 
 // len returns the number of keys waiting.
-func (c *combiner) len() int { return len(c.index) }
+func (c *combiner) len() int { return len(c.ends) }
+
+// key returns the encoded key of a slot.
+func (c *combiner) key(slot int) []byte {
+	start := 0
+	if slot > 0 {
+		start = c.ends[slot-1]
+	}
+	return c.keys[start:c.ends[slot]]
+}
 
 // add folds one row's values into the partials of its key, encoded by the
 // table's AppendKey.
@@ -43,12 +52,12 @@ func (c *combiner) add(key []byte, vals []agg.Value) error {
 	if len(vals) != len(c.funcs) {
 		return errValues(len(vals), len(c.funcs))
 	}
-	slot, ok := c.index[string(key)]
-	if !ok {
-		slot = len(c.index)
-		c.index[string(key)] = slot
+	slot, hash := c.index.find(key, c.key)
+	if slot < 0 {
+		slot = len(c.ends)
 		c.keys = append(c.keys, key...)
 		c.ends = append(c.ends, len(c.keys))
+		c.index.insert(hash, slot, c.key)
 		for _, f := range c.funcs {
 			c.accs = append(c.accs, f.NewAccumulator())
 		}
@@ -88,7 +97,7 @@ func (c *combiner) drain(b *aggmerge.Batch) error {
 		}
 		start = end
 	}
-	clear(c.index)
+	c.index.reset()
 	clear(c.accs) // drop references held by values and sketches
 	clear(c.out)
 	c.keys, c.ends, c.accs = c.keys[:0], c.ends[:0], c.accs[:0]

@@ -13,6 +13,16 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
+// internalSeed is crashtest.Seed for the package's internal tests: -seed is
+// declared by its external tests.
+func internalSeed(t *testing.T) int64 {
+	var flagSeed int64
+	if f := flag.Lookup("seed"); f != nil {
+		flagSeed, _ = strconv.ParseInt(f.Value.String(), 10, 64)
+	}
+	return crashtest.Seed(t, flagSeed)
+}
+
 func combineSchema() aggmerge.Schema {
 	i64, bytes := agg.Type{Kind: agg.KindInt64}, agg.Type{Kind: agg.KindBytes}
 	return aggmerge.Schema{
@@ -35,11 +45,7 @@ func combineSchema() aggmerge.Schema {
 // tables are equal, and that the rbm32 and count columns hold exactly the
 // ids and the number of non-null inputs of each key.
 func TestCombinerEqualsPlainWrites(t *testing.T) {
-	var flagSeed int64 // -seed, declared by the package's external tests
-	if f := flag.Lookup("seed"); f != nil {
-		flagSeed, _ = strconv.ParseInt(f.Value.String(), 10, 64)
-	}
-	seed := crashtest.Seed(t, flagSeed)
+	seed := internalSeed(t)
 	r := rand.New(rand.NewPCG(uint64(seed), 1))
 	open := func() *aggmerge.Table {
 		tb, err := aggmerge.Open(t.TempDir(), combineSchema(), aggmerge.Options{})
