@@ -2,6 +2,7 @@ package aggmerge
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -36,6 +37,8 @@ type rowStore struct {
 	stop chan struct{} // closed by Close, once (halt)
 	done chan struct{} // closed when the storer returns
 	halt sync.Once
+	// order is writeRows' scratch memory, guarded by mu.
+	order []rowOrder
 }
 
 // maxDirty is how many dirty rows wake the storer early: a fraction of the
@@ -69,6 +72,36 @@ func (t *Table) storer() {
 		t.mu.storeErr = err
 		t.mu.Unlock()
 	}
+}
+
+// rowOrder sorts a taken row by bucket and key without reading the row's
+// cache entry: the first 16 bytes of the key, big-endian and zero-padded,
+// order all keys that differ in them, and only keys that do not are
+// compared in full. Sorting the entries themselves read each entry and its
+// key from memory at every comparison, scattered over the heap: about 70 %
+// of the storer's CPU in a profile of the peers job.
+type rowOrder struct {
+	hi, lo uint64
+	bucket uint32
+	i      uint32 // index into the taken rows
+}
+
+func newRowOrder(e *cachedRow, i int) rowOrder {
+	var b [16]byte
+	copy(b[:], e.key)
+	return rowOrder{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), bucket: e.bucket, i: uint32(i)}
+}
+
+// compare orders by bucket, then by the key's first 16 bytes; 0 means the
+// keys must be compared in full.
+func (a rowOrder) compare(b rowOrder) int {
+	if c := cmp.Compare(a.bucket, b.bucket); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.hi, b.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.lo, b.lo)
 }
 
 // storedRow is a dirty row taken for storing.
@@ -132,18 +165,25 @@ func (t *Table) storeRows(locked bool) error {
 // rows go in key order: pebble inserts a batch below half its memtable size
 // into the memtable's skiplist, where a key following the previous one
 // starts from the splice it left, while random keys each search from the
-// top of a list that holds the log's entries too.
+// top of a list that holds the log's entries too. The caller holds
+// store.mu (for store.order).
 func (t *Table) writeRows(rows []storedRow, from, to []uint64) error {
-	slices.SortFunc(rows, func(a, b storedRow) int {
-		if c := cmp.Compare(a.e.bucket, b.e.bucket); c != 0 {
+	order := slices.Grow(t.store.order[:0], len(rows))
+	for i, r := range rows {
+		order = append(order, newRowOrder(r.e, i))
+	}
+	slices.SortFunc(order, func(a, b rowOrder) int {
+		if c := a.compare(b); c != 0 {
 			return c
 		}
-		return strings.Compare(a.e.key, b.e.key)
+		return strings.Compare(rows[a.i].e.key, rows[b.i].e.key)
 	})
+	t.store.order = order
 	pb := t.db.NewBatch()
 	defer pb.Close()
 	prefix := len(encoding.RowPrefix(nil, 0))
-	for _, r := range rows {
+	for _, o := range order {
+		r := rows[o.i]
 		// Each key is encoded in place in the batch, not copied into it.
 		var op *pebble.DeferredBatchOp
 		if r.row == nil {

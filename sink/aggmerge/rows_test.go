@@ -1,7 +1,10 @@
 package aggmerge
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -119,6 +122,37 @@ func TestAbsentRowsLeaveTheCache(t *testing.T) {
 		_, ok, err := tbl.Get([]agg.Value{agg.IntValue(int64(k))})
 		if err != nil || ok != (k%2 == 1) {
 			t.Fatalf("key %d: found %v, %v", k, ok, err)
+		}
+	}
+}
+
+// TestRowOrderIsKeyOrder: the storer's order (the keys' first 16 bytes,
+// then the whole key) is bucket and key order, for keys that share long
+// prefixes, differ only in length or in trailing zero bytes.
+func TestRowOrderIsKeyOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var rows []storedRow
+	for range 5000 {
+		k := make([]byte, r.IntN(24))
+		for j := range k {
+			k[j] = "\x00\x01ab"[r.IntN(4)]
+		}
+		rows = append(rows, storedRow{e: &cachedRow{key: string(k), bucket: uint32(r.IntN(3))}})
+	}
+	want := slices.Clone(rows)
+	slices.SortFunc(want, func(a, b storedRow) int {
+		return cmp.Or(cmp.Compare(a.e.bucket, b.e.bucket), strings.Compare(a.e.key, b.e.key))
+	})
+	order := make([]rowOrder, len(rows))
+	for i := range rows {
+		order[i] = newRowOrder(rows[i].e, i)
+	}
+	slices.SortFunc(order, func(a, b rowOrder) int {
+		return cmp.Or(a.compare(b), strings.Compare(rows[a.i].e.key, rows[b.i].e.key))
+	})
+	for i, o := range order {
+		if got := rows[o.i].e; got.bucket != want[i].e.bucket || got.key != want[i].e.key {
+			t.Fatalf("row %d: bucket %d key %q, want bucket %d key %q", i, got.bucket, got.key, want[i].e.bucket, want[i].e.key)
 		}
 	}
 }
