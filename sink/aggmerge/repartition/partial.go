@@ -69,8 +69,14 @@ func (c *Codec) AppendValue(dst []byte, row *writer.Row) ([]byte, error) {
 		return nil, fmt.Errorf("repartition: %d values for %d target columns", len(row.Vals), c.values)
 	}
 	dst = append(dst, partialVersion, byte(row.Kind))
-	dst = binary.AppendUvarint(dst, uint64(len(row.Vals)))
-	for _, v := range row.Vals {
+	return appendValues(dst, row.Vals)
+}
+
+// appendValues appends the number of values and each value
+// self-described: its state and, when present, its kind and payload.
+func appendValues(dst []byte, vals []agg.Value) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(vals)))
+	for _, v := range vals {
 		dst = append(dst, byte(v.State()))
 		if v.IsNull() {
 			continue
@@ -114,20 +120,8 @@ func (c *Codec) Decode(key, value []byte, row *writer.Row) error {
 	if d.err == nil && row.Kind > base.Delete {
 		return fmt.Errorf("%w: row kind %d", ErrPartial, row.Kind)
 	}
-	n := d.uvarint()
-	if d.err == nil && n != uint64(c.values) {
-		return fmt.Errorf("%w: %d values for %d target columns", ErrPartial, n, c.values)
-	}
-	row.Vals = row.Vals[:0]
-	for range c.values {
-		if d.err != nil {
-			break
-		}
-		row.Vals = append(row.Vals, d.value())
-	}
-	if d.err == nil && len(d.b) > 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
-	}
+	row.Vals = d.values(row.Vals[:0], c.values)
+	d.end()
 	if d.err != nil {
 		return fmt.Errorf("%w: %w", ErrPartial, d.err)
 	}
@@ -203,6 +197,27 @@ func (d *partialDecoder) string() string {
 	s := string(d.b[:n])
 	d.b = d.b[n:]
 	return s
+}
+
+// values appends the want values that appendValues wrote.
+func (d *partialDecoder) values(dst []agg.Value, want int) []agg.Value {
+	if n := d.uvarint(); d.err == nil && n != uint64(want) {
+		d.fail("%d values for %d columns", n, want)
+	}
+	for range want {
+		if d.err != nil {
+			break
+		}
+		dst = append(dst, d.value())
+	}
+	return dst
+}
+
+// end fails on bytes left after the last field.
+func (d *partialDecoder) end() {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
 }
 
 func (d *partialDecoder) value() agg.Value {

@@ -76,18 +76,38 @@ func orderRow(r *kgo.Record, row *writer.Row) (bool, error) {
 
 // instance is one instance of the scaled job: its table, stage 1 (the
 // hop's writer) and stage 2 (a job reading the owned partitions into the
-// table).
+// table), and with failover the handovers of its partitions and their
+// publishers.
 type instance struct {
-	table  *aggmerge.Table
-	owned  []int32
-	polled atomic.Int64 // input records stage 1 mapped
-	job    *runtime.Job
-	stop1  context.CancelFunc
-	done1  chan error
-	done2  chan error
+	table     *aggmerge.Table
+	owned     []int32
+	polled    atomic.Int64 // input records stage 1 mapped
+	job       *runtime.Job
+	stop1     context.CancelFunc
+	kill2     context.CancelFunc // ends stage 2 without a final checkpoint
+	done1     chan error
+	done2     chan error
+	handovers []*Handover
+	stopPub   context.CancelFunc
+	donePub   chan error
 }
 
 func startInstance(t *testing.T, brokers []string, input, topic string, i, n int) *instance {
+	return start(t, brokers, input, topic, i, n, false)
+}
+
+// startOwner starts an instance with failover: it takes its partitions
+// over (Take) before stage 2 starts, resumes them where the owner log
+// says, and publishes what stage 2 commits.
+func startOwner(t *testing.T, brokers []string, input, topic string, i, n int) *instance {
+	return start(t, brokers, input, topic, i, n, true)
+}
+
+func ownerConfig(brokers []string, topic string, i int) OwnerConfig {
+	return OwnerConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owner: fmt.Sprintf("scale/totals#%d", i)}
+}
+
+func start(t *testing.T, brokers []string, input, topic string, i, n int, failover bool) *instance {
 	ctx := t.Context()
 	dir := t.TempDir()
 	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
@@ -101,6 +121,19 @@ func startInstance(t *testing.T, brokers []string, input, topic string, i, n int
 	}
 	in := &instance{table: table, owned: Owned(scaleBuckets, i, n), done1: make(chan error, 1), done2: make(chan error, 1)}
 	conn := kafka.Connection{Brokers: brokers}
+	scfg := SourceConfig{Kafka: conn, Topic: topic, Owned: in.owned}
+	if failover {
+		scfg.Resume, scfg.Positions = map[int32]int64{}, kafka.NewPositions()
+		for _, p := range in.owned {
+			h, err := Take(ctx, ownerConfig(brokers, topic, i), table, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(h.Close)
+			in.handovers = append(in.handovers, h)
+			scfg.Resume[p] = h.Resume
+		}
+	}
 
 	w, err := NewWriter(ctx, WriterConfig{Kafka: conn, Group: topic + "-group", Input: []string{input}, Topic: topic,
 		Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
@@ -117,7 +150,7 @@ func startInstance(t *testing.T, brokers []string, input, topic string, i, n int
 		})
 	}()
 
-	src, err := NewSource(SourceConfig{Kafka: conn, Topic: topic, Owned: in.owned}, codec)
+	src, err := NewSource(scfg, codec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +160,22 @@ func startInstance(t *testing.T, brokers []string, input, topic string, i, n int
 	if err := writer.To(rows, "totals", writer.Config{Table: table}, Mapper); err != nil {
 		t.Fatal(err)
 	}
-	go func() { in.done2 <- in.job.Run(ctx) }()
+	ctx2, kill2 := context.WithCancel(ctx)
+	in.kill2 = kill2
+	go func() { in.done2 <- in.job.Run(ctx2) }()
+	if failover {
+		ctxPub, stopPub := context.WithCancel(ctx)
+		in.stopPub, in.donePub = stopPub, make(chan error, len(in.handovers))
+		for _, h := range in.handovers {
+			pb := NewPublisher(h, table, scfg.Positions)
+			go func() { in.donePub <- pb.Run(ctxPub) }()
+		}
+	}
 	return in
 }
 
-// stop ends stage 1 (committing what it polled) and then stage 2 (with a
-// final checkpoint).
+// stop ends stage 1 (committing what it polled), then stage 2 (with a
+// final checkpoint), then the publishers (publishing that checkpoint).
 func (in *instance) stop(t *testing.T) {
 	in.stop1()
 	if err := <-in.done1; err != nil {
@@ -142,6 +185,22 @@ func (in *instance) stop(t *testing.T) {
 	if err := <-in.done2; err != nil {
 		t.Errorf("stage 2: %v", err)
 	}
+	in.stopPublishers(t)
+}
+
+// stopPublishers ends the publishers, which publish what stage 2 committed
+// by then.
+func (in *instance) stopPublishers(t *testing.T) {
+	if in.stopPub == nil {
+		return
+	}
+	in.stopPub()
+	for range in.handovers {
+		if err := <-in.donePub; err != nil {
+			t.Errorf("publisher: %v", err)
+		}
+	}
+	in.stopPub = nil
 }
 
 // scan reads a table into got, failing on a row of a bucket the instance
@@ -234,24 +293,7 @@ func TestScaleTwoInstances(t *testing.T) {
 		kafkatest.Produce(t, brokers, input(rng, in, 1500+round*300, 300, want)...)
 	}
 
-	deadline := time.After(kafkatest.Timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for diff(union(t, ins, false), want) != "" {
-		select {
-		case <-deadline:
-			t.Fatalf("the tables never reached the exact totals: %s", diff(union(t, ins, false), want))
-		case err := <-ins[0].done1:
-			t.Fatalf("stage 1 of instance 0 ended: %v", err)
-		case err := <-ins[1].done1:
-			t.Fatalf("stage 1 of instance 1 ended: %v", err)
-		case err := <-ins[0].done2:
-			t.Fatalf("stage 2 of instance 0 ended: %v", err)
-		case err := <-ins[1].done2:
-			t.Fatalf("stage 2 of instance 1 ended: %v", err)
-		case <-tick.C:
-		}
-	}
+	waitTotals(t, ins, want)
 	for _, i := range ins {
 		i.stop(t)
 	}
@@ -264,5 +306,53 @@ func TestScaleTwoInstances(t *testing.T) {
 		if i.polled.Load() == 0 || rows == 0 {
 			t.Errorf("instance %d took no part (mapped %d, rows %d)", n, i.polled.Load(), rows)
 		}
+	}
+}
+
+// waitTotals waits until the union of the instances' tables equals want,
+// failing when a stage ends first or on the timeout.
+func waitTotals(t *testing.T, ins []*instance, want totals) {
+	t.Helper()
+	deadline := time.After(kafkatest.Timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for diff(union(t, ins, false), want) != "" {
+		for n, in := range ins {
+			select {
+			case err := <-in.done1:
+				t.Fatalf("stage 1 of instance %d ended: %v", n, err)
+			case err := <-in.done2:
+				t.Fatalf("stage 2 of instance %d ended: %v", n, err)
+			case err := <-in.donePub:
+				t.Fatalf("a publisher of instance %d ended: %v", n, err)
+			default:
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the tables never reached the exact totals: %s", diff(union(t, ins, false), want))
+		case <-tick.C:
+		}
+	}
+}
+
+// waitCheckpoint waits until stage 2 of in completed a checkpoint after
+// the call (one that covers everything it applied before it).
+func waitCheckpoint(t *testing.T, in *instance) {
+	t.Helper()
+	last := func() uint64 {
+		ws := in.table.Writers()
+		if len(ws) != 1 {
+			t.Fatalf("writers of the table: %v", ws)
+		}
+		return ws[0].Checkpoint
+	}
+	from := last()
+	deadline := time.Now().Add(kafkatest.Timeout)
+	for last() <= from+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stage 2 completed no checkpoint after %d", from)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

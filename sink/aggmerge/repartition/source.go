@@ -31,22 +31,34 @@ type SourceConfig struct {
 	Topic string
 	// Owned are the partitions this instance owns and applies.
 	Owned []int32
+	// Resume, if set, is where a fresh start reads each owned partition
+	// (partition → offset; unlisted: the earliest): the handovers' Resume.
+	// A restore reads from the job's checkpoint.
+	Resume map[int32]int64
+	// Positions, if set, records the source's position in every owned
+	// partition at each checkpoint, for the Publishers.
+	Positions *kafka.Positions
 }
 
 // NewSource returns a Kafka source reading the owned partitions of the
-// repartition topic read_committed, from the earliest offset on a fresh
-// start and from the job's checkpoint on restore, decoding each record into
+// repartition topic read_committed, from cfg.Resume (or the earliest
+// offset) on a fresh start and from the job's checkpoint on restore, decoding each record into
 // the row it carries (a record that is not a partial row of c's table fails
 // the job, naming the record).
 func NewSource(cfg SourceConfig, c *Codec) (*kafka.Source[writer.Row], error) {
 	if cfg.Owned == nil {
 		return nil, fmt.Errorf("repartition source: no owned partitions given")
 	}
+	start := kafka.StartEarliest()
+	if cfg.Resume != nil {
+		start = kafka.StartOffsets(map[string]map[int32]int64{cfg.Topic: cfg.Resume})
+	}
 	src, err := kafka.NewSource(kafka.Config{
 		Connection: cfg.Kafka,
 		Topics:     []string{cfg.Topic},
 		Partitions: cfg.Owned,
-		Start:      kafka.StartEarliest(),
+		Start:      start,
+		Positions:  cfg.Positions,
 	}, func() kafka.Decoder[writer.Row] {
 		return func(r *kgo.Record) (writer.Row, error) {
 			var row writer.Row

@@ -1,0 +1,311 @@
+package repartition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/base"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// ErrHandover marks a partition that cannot be taken over by a table: its
+// bucket holds rows that are not from the owner log.
+var ErrHandover = errors.New("repartition: cannot take the partition over")
+
+// rebuildBatch bounds the rows of one Apply of a rebuild.
+const rebuildBatch = 4096
+
+// OwnerConfig says who owns repartition partitions and where their owner
+// log is.
+type OwnerConfig struct {
+	// Kafka is how the owner reaches the cluster.
+	Kafka kafka.Connection
+	// Topic is the repartition topic; its owner log is OwnerLogTopic(Topic).
+	Topic string
+	// Owner names this owner in its seals: "<job>/<table>#<instance>".
+	Owner string
+	// TransactionalID is the prefix of the owner log's transactional ids,
+	// "<prefix>-<partition>" (Topic+"-owner" when empty). It must be the
+	// same for every owner of a partition: it is what fences the previous
+	// one.
+	TransactionalID string
+}
+
+func (cfg OwnerConfig) transactionalID(p int32) string {
+	prefix := cfg.TransactionalID
+	if prefix == "" {
+		prefix = cfg.Topic + "-owner"
+	}
+	return fmt.Sprintf("%s-%d", prefix, p)
+}
+
+// rebuildWriter is the writer id of a rebuild's writes to a table.
+func (cfg OwnerConfig) rebuildWriter() string { return cfg.Owner + "/rebuild" }
+
+// Handover is a partition taken over by Take: its owner-log producer (which
+// fenced the previous owner), the claimed epoch, and where stage 2 and the
+// Publisher go on.
+type Handover struct {
+	cfg       OwnerConfig
+	Partition int32
+	// Epoch is the ownership epoch claimed.
+	Epoch uint64
+	// Resume is the repartition offset at which stage 2 starts reading the
+	// partition on a fresh start.
+	Resume int64
+	// Read is the count of owner-log records read and Rebuilt the rows
+	// written to the table (0 when the table still held the bucket).
+	Read, Rebuilt int
+	// From is the bucket's log offset from which the Publisher publishes.
+	From uint64
+	cl   *kgo.Client
+	last int64 // owner-log offset of the claim
+}
+
+// Close closes the partition's owner-log producer.
+func (h *Handover) Close() { h.cl.Close() }
+
+// Take takes repartition partition p over for table (docs/SCALING.md, "the
+// handover"): it fences the previous owner by the partition's
+// transactional id, reads the owner log of p to its end checking the chain
+// of seals (ErrTwoOwners), rebuilds p's bucket in table from it (unless
+// table still holds it: the last seal is its own), claims a new epoch in
+// the owner log, and returns where stage 2 resumes. The table must have as
+// many buckets as the repartition topic has partitions.
+func Take(ctx context.Context, cfg OwnerConfig, table *aggmerge.Table, p int32) (*Handover, error) {
+	h, err := take(ctx, cfg, table, p)
+	if err != nil {
+		return nil, fmt.Errorf("take %s partition %d for %s: %w", cfg.Topic, p, cfg.Owner, err)
+	}
+	return h, nil
+}
+
+func take(ctx context.Context, cfg OwnerConfig, table *aggmerge.Table, p int32) (*Handover, error) {
+	if cfg.Topic == "" || cfg.Owner == "" {
+		return nil, errors.New("OwnerConfig.Topic and Owner are required")
+	}
+	buckets := table.Schema().Buckets
+	if p < 0 || int(p) >= buckets {
+		return nil, fmt.Errorf("partition %d of a table of %d buckets", p, buckets)
+	}
+	conn, err := cfg.Kafka.Options()
+	if err != nil {
+		return nil, err
+	}
+	topic := OwnerLogTopic(cfg.Topic)
+	if err := ensureTopic(ctx, conn, topic, buckets); err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(conn, kgo.TransactionalID(cfg.transactionalID(p)),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handover{cfg: cfg, Partition: p, cl: cl}
+	if err := h.take(ctx, conn, topic, table); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Handover) take(ctx context.Context, conn []kgo.Opt, topic string, table *aggmerge.Table) error {
+	// 1. Fence: loading the producer id bumps its epoch, aborts the
+	// previous owner's open transaction and refuses its later commits.
+	if _, _, err := h.cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("fence the previous owner: %w", err)
+	}
+	// 2. Read the owner log to its end, checking the chain.
+	chain := newOwnerChain(h.Partition)
+	images := map[string][]agg.Value{}
+	columns, buckets := len(table.Schema().Values), table.Schema().Buckets
+	var rec ownerRecord
+	err := readOwnerLog(ctx, conn, topic, []int32{h.Partition}, func(r *kgo.Record) error {
+		h.Read++
+		if err := decodeOwner(r.Value, columns, &rec); err != nil {
+			return fmt.Errorf("%s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+		if err := chain.add(r.Offset, &rec); err != nil {
+			return err
+		}
+		if rec.seal != nil {
+			return nil
+		}
+		if b := base.BucketOf(r.Key, buckets); b != int(h.Partition) {
+			return fmt.Errorf("%w: %s/%d@%d: a row of bucket %d", ErrOwnerLog, r.Topic, r.Partition, r.Offset, b)
+		}
+		if rec.vals == nil {
+			images[string(r.Key)] = nil
+		} else {
+			images[string(r.Key)] = append([]agg.Value(nil), rec.vals...)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	last := chain.seal
+	if chain.last < 0 {
+		last.Resume = 0 // nobody owned it: the partition from its start
+	}
+	// 3. Rebuild, unless the table still holds the bucket.
+	if chain.last >= 0 && last.Table == table.ID() {
+		_, end, err := table.LogOffsets(int(h.Partition))
+		if err != nil {
+			return err
+		}
+		if end < last.LogTo {
+			return fmt.Errorf("%w: bucket %d of %s ends at log offset %d, before %d of the last seal of this table",
+				ErrHandover, h.Partition, table.Dir(), end, last.LogTo)
+		}
+		h.From = last.LogTo
+	} else {
+		if h.From, err = h.rebuild(table, images); err != nil {
+			return err
+		}
+	}
+	// 4. Claim the next epoch, based on the last seal.
+	h.Epoch, h.Resume = last.Epoch+1, last.Resume
+	claim := Seal{Owner: h.cfg.Owner, Epoch: h.Epoch, Claim: true, BasedOn: chain.last, Resume: h.Resume, Table: table.ID(), LogTo: h.From}
+	off, err := h.commit(ctx, nil, claim)
+	if err != nil {
+		return fmt.Errorf("claim epoch %d: %w", h.Epoch, err)
+	}
+	h.last = off
+	return nil
+}
+
+// rebuild writes the images into the partition's bucket of table, which
+// must hold no rows but those of an earlier rebuild that was never claimed
+// (a crash between rebuild and claim); it returns the log end after it.
+func (h *Handover) rebuild(table *aggmerge.Table, images map[string][]agg.Value) (uint64, error) {
+	bucket := int(h.Partition)
+	start, end, err := table.LogOffsets(bucket)
+	if err != nil {
+		return 0, err
+	}
+	rebuilder := h.cfg.rebuildWriter()
+	err = table.ReadLogWith(bucket, start, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
+		if e.Writer.ID != rebuilder {
+			return fmt.Errorf("%w: bucket %d of %s holds writes of %s (log offset %d): the table applied the partition before, "+
+				"under another owner's seals; take it over with a new table", ErrHandover, bucket, table.Dir(), e.Writer.ID, e.Offset)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	b, err := table.NewBatch(aggmerge.Writer{ID: rebuilder}, nil)
+	if err != nil {
+		return 0, err
+	}
+	flush := func() error {
+		if b.Len() == 0 {
+			return nil
+		}
+		_, err := table.Apply(b)
+		b.Reset()
+		return err
+	}
+	if end > start {
+		// An unclaimed rebuild: its rows go, the images come back.
+		err := table.ScanBucket(bucket, func(key []byte, _ aggmerge.Row) error {
+			if err := b.DeleteEncoded(aggmerge.Overwrite, append([]byte(nil), key...)); err != nil {
+				return err
+			}
+			if b.Len() >= rebuildBatch {
+				return flush()
+			}
+			return nil
+		})
+		if err == nil {
+			err = flush()
+		}
+		if err != nil {
+			return 0, fmt.Errorf("clear bucket %d: %w", bucket, err)
+		}
+	}
+	for key, vals := range images {
+		if vals == nil {
+			continue
+		}
+		if err := b.UpsertEncoded(aggmerge.Overwrite, []byte(key), vals); err != nil {
+			return 0, err
+		}
+		h.Rebuilt++
+		if b.Len() >= rebuildBatch {
+			if err := flush(); err != nil {
+				return 0, fmt.Errorf("rebuild bucket %d: %w", bucket, err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return 0, fmt.Errorf("rebuild bucket %d: %w", bucket, err)
+	}
+	if err := table.Sync(); err != nil {
+		return 0, err
+	}
+	_, end, err = table.LogOffsets(bucket)
+	return end, err
+}
+
+// commit writes rows and then seal to the owner log in one transaction
+// and returns the seal's offset.
+func (h *Handover) commit(ctx context.Context, rows []*kgo.Record, seal Seal) (int64, error) {
+	if err := h.cl.BeginTransaction(); err != nil {
+		return 0, err
+	}
+	var (
+		mu       sync.Mutex
+		produced error
+		off      int64
+	)
+	done := func(r *kgo.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && produced == nil {
+			produced = err
+		}
+		if r.Key == nil {
+			off = r.Offset
+		}
+	}
+	topic := OwnerLogTopic(h.cfg.Topic)
+	for _, r := range rows {
+		r.Topic, r.Partition = topic, h.Partition
+		h.cl.Produce(ctx, r, done)
+	}
+	h.cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: h.Partition, Value: appendSeal(nil, seal)}, done)
+	flushed := h.cl.Flush(ctx)
+	mu.Lock()
+	err := errors.Join(produced, flushed)
+	mu.Unlock()
+	try := kgo.TryCommit
+	if err != nil {
+		try = kgo.TryAbort
+	}
+	if end := h.cl.EndTransaction(ctx, try); end != nil {
+		return 0, h.fenced(errors.Join(err, end))
+	}
+	if err != nil {
+		return 0, h.fenced(err)
+	}
+	return off, nil
+}
+
+// fenced explains an error of an owner that a newer owner of its partition
+// fenced.
+func (h *Handover) fenced(err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return fmt.Errorf("fenced: a newer owner took partition %d (transactional id %q), so %s stops applying it: %w",
+			h.Partition, h.cfg.transactionalID(h.Partition), h.cfg.Owner, err)
+	}
+	return err
+}

@@ -1,0 +1,208 @@
+package repartition
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+)
+
+// TestHandoverRebuild moves every bucket of a scaled job from one owner to
+// two new ones (a restart with another instance count, on new machines:
+// fresh data directories). Owner A (instance 0 of 1) applies input and
+// publishes its checkpoints to the owner log; then its publishers stop and
+// it applies more input that is never published, and it dies without a
+// final checkpoint. More input arrives while nobody owns the buckets. B0
+// and B1 (instances 0 and 1 of 2) take their partitions over: each rebuilds
+// its buckets from the owner log, resumes the repartition partitions at the
+// sealed offsets (so A's unpublished work is applied again, once), and
+// applies the rest. Their tables together equal the exact totals; a third
+// owner rebuilding every bucket from the owner log alone gets the exact
+// totals too; and the owner log's epochs show no partition applied by two
+// owners at once.
+func TestHandoverRebuild(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	brokers := kafkatest.Brokers(t)
+	in := kafkatest.NewTopic(t, brokers, scaleInput)
+	topic := kafkatest.TopicName(t, brokers)
+	want := make(totals)
+	kafkatest.Produce(t, brokers, input(rng, in, 0, 1500, want)...)
+
+	a := startOwner(t, brokers, in, topic, 0, 1)
+	for _, h := range a.handovers {
+		if h.Epoch != 1 || h.Rebuilt != 0 || h.Resume != 0 {
+			t.Fatalf("A took partition %d at epoch %d, rebuilt %d rows, resumes at %d: want epoch 1 of an empty owner log", h.Partition, h.Epoch, h.Rebuilt, h.Resume)
+		}
+	}
+	kafkatest.Produce(t, brokers, input(rng, in, 1500, 600, want)...)
+	waitTotals(t, []*instance{a}, want)
+	waitCheckpoint(t, a)
+	a.stopPublishers(t) // what A applies from here on is never published
+	kafkatest.Produce(t, brokers, input(rng, in, 2100, 300, want)...)
+	waitTotals(t, []*instance{a}, want)
+	a.stop1()
+	if err := <-a.done1; err != nil {
+		t.Fatalf("A's stage 1: %v", err)
+	}
+	a.kill2() // dies: no final checkpoint
+	<-a.done2
+	kafkatest.Produce(t, brokers, input(rng, in, 2400, 300, want)...)
+
+	bs := []*instance{startOwner(t, brokers, in, topic, 0, 2), startOwner(t, brokers, in, topic, 1, 2)}
+	rebuilt := 0
+	for n, b := range bs {
+		for _, h := range b.handovers {
+			t.Logf("B%d took partition %d at epoch %d: read %d owner-log records, rebuilt %d rows, resumes at %d", n, h.Partition, h.Epoch, h.Read, h.Rebuilt, h.Resume)
+			if h.Epoch != 2 {
+				t.Errorf("B%d took partition %d at epoch %d, want 2", n, h.Partition, h.Epoch)
+			}
+			rebuilt += h.Rebuilt
+		}
+	}
+	if rebuilt == 0 {
+		t.Fatal("the new owners rebuilt no rows")
+	}
+	kafkatest.Produce(t, brokers, input(rng, in, 2700, 300, want)...)
+	waitTotals(t, bs, want)
+	for _, b := range bs {
+		b.stop(t)
+	}
+	if d := diff(union(t, bs, true), want); d != "" {
+		t.Fatalf("after the stop: %s", d)
+	}
+
+	// The owner log alone holds the exact table.
+	c := freshTable(t)
+	for p := range int32(scaleBuckets) {
+		h, err := Take(t.Context(), ownerConfig(brokers, topic, 9), c, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+		if h.Epoch != 3 {
+			t.Errorf("C took partition %d at epoch %d, want 3", p, h.Epoch)
+		}
+	}
+	if d := diff(union(t, []*instance{{table: c}}, false), want); d != "" {
+		t.Fatalf("rebuilt from the owner log alone: %s", d)
+	}
+	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freshTable(t testing.TB) *aggmerge.Table {
+	table, err := aggmerge.Open(filepath.Join(t.TempDir(), "totals"), scaleSchema(), aggmerge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = table.Close() })
+	return table
+}
+
+// sealRow publishes one row of partition 0 and a seal, as a Publisher
+// does at a commit marker.
+func sealRow(ctx context.Context, h *Handover, table *aggmerge.Table, user string, total int64) error {
+	key, err := table.EncodeKey([]agg.Value{agg.StringValue(user)})
+	if err != nil {
+		return err
+	}
+	v, err := appendImage(nil, h.Epoch, []agg.Value{agg.IntValue(total), agg.IntValue(total)})
+	if err != nil {
+		return err
+	}
+	off, err := h.commit(ctx, []*kgo.Record{{Key: key, Value: v}},
+		Seal{Owner: h.cfg.Owner, Epoch: h.Epoch, BasedOn: h.last, Resume: h.Resume + 1, Checkpoint: 1, Table: table.ID()})
+	if err == nil {
+		h.last = off
+	}
+	return err
+}
+
+// userOf returns a user whose bucket is 0.
+func userOf(t *testing.T, table *aggmerge.Table) string {
+	for i := 0; ; i++ {
+		u := "u" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if b, err := table.Bucket([]agg.Value{agg.StringValue(u)}); err != nil {
+			t.Fatal(err)
+		} else if b == 0 {
+			return u
+		}
+	}
+}
+
+// TestHandoverTwoOwners: owner A holds partition 0 and is still running
+// when owner B takes it over. With the transactional id per partition (the
+// design) B's Take fences A: A's next publish fails with PRODUCER_FENCED and
+// the owner log passes CheckOwners. The bite: with a transactional id per
+// owner (no fencing), A's publish after B's claim commits, and CheckOwners
+// catches the partition applied by two owners at once.
+func TestHandoverTwoOwners(t *testing.T) {
+	for _, fenced := range []bool{true, false} {
+		name := map[bool]string{true: "fenced", false: "unfenced"}[fenced]
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			brokers := kafkatest.Brokers(t)
+			topic := kafkatest.TopicName(t, brokers)
+			ta, tb := freshTable(t), freshTable(t)
+			ca, cb := ownerConfig(brokers, topic, 0), ownerConfig(brokers, topic, 1)
+			if !fenced {
+				ca.TransactionalID, cb.TransactionalID = topic+"-a", topic+"-b"
+			}
+			user := userOf(t, ta)
+			ha, err := Take(ctx, ca, ta, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ha.Close()
+			if err := sealRow(ctx, ha, ta, user, 1); err != nil {
+				t.Fatal(err)
+			}
+			hb, err := Take(ctx, cb, tb, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hb.Close()
+			if hb.Epoch != 2 || hb.Rebuilt != 1 || hb.Resume != 1 {
+				t.Fatalf("B took over at epoch %d with %d rows, resuming at %d: want epoch 2, 1 row, at 1", hb.Epoch, hb.Rebuilt, hb.Resume)
+			}
+			err = sealRow(ctx, ha, ta, user, 2) // A, a zombie, publishes on
+			conn := kafka.Connection{Brokers: brokers}
+			check := CheckOwners(ctx, conn, topic, scaleBuckets, 2)
+			if fenced {
+				if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
+					t.Fatalf("the zombie's publish: %v, want PRODUCER_FENCED", err)
+				}
+				if check != nil {
+					t.Fatal(check)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the unfenced zombie's publish: %v", err)
+			}
+			if !errors.Is(check, ErrTwoOwners) {
+				t.Fatalf("CheckOwners = %v, want ErrTwoOwners", check)
+			}
+			t.Logf("caught: %v", check)
+			// A new owner's handover checks the chain too.
+			if _, err := Take(ctx, cb, freshTable(t), 0); !errors.Is(err, ErrTwoOwners) {
+				t.Fatalf("Take after two owners: %v, want ErrTwoOwners", err)
+			}
+		})
+	}
+}
