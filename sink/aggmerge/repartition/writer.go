@@ -386,18 +386,20 @@ func (w *Writer) Run(ctx context.Context, every time.Duration, mapRecord func(r 
 			}
 		}
 		if !time.Now().Before(next) {
-			if _, err := w.Checkpoint(ctx); err != nil {
+			// A stop during the commit must not fail it: it ends the
+			// loop after it instead.
+			if err := w.checkpointBounded(ctx); err != nil {
 				return abort(err)
 			}
 			next = time.Now().Add(every)
 		}
 	}
 	// Stopped: commit what was polled and sent, then leave.
-	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if _, err := w.Checkpoint(end); err != nil {
-		return errors.Join(err, w.Close(end))
+	if err := w.checkpointBounded(ctx); err != nil {
+		return errors.Join(err, w.Close(context.WithoutCancel(ctx)))
 	}
+	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
 	return w.Close(end)
 }
 
@@ -443,4 +445,15 @@ func Run(ctx context.Context, cfg WriterConfig, every time.Duration, mapRecord f
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// stopTimeout bounds a commit that a stop does not cancel.
+const stopTimeout = 30 * time.Second
+
+// checkpointBounded is Checkpoint bounded by stopTimeout instead of ctx.
+func (w *Writer) checkpointBounded(ctx context.Context) error {
+	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	_, err := w.Checkpoint(end)
+	return err
 }
