@@ -16,4 +16,22 @@
 // with an ordinary Kafka source whose offsets live in the job's
 // checkpoints, and writes the decoded rows with the exactly-once writer
 // (Mapper).
+//
+// Failover (docs/SCALING.md, "the owner log"): the owner of a partition
+// publishes what stage 2 committed to the partition's owner log
+// (Publisher: row images of the bucket, then a Seal with the ownership
+// epoch and the repartition offset to resume at, in one transaction with
+// a transactional id per partition). A new owner calls Take before its
+// stage 2 starts: it fences the previous owner, reads the owner log
+// checking the chain of seals and epochs (ErrTwoOwners), rebuilds the
+// bucket, claims the next epoch and returns the offset at which the
+// source resumes (SourceConfig.Resume). CheckOwners checks a whole owner
+// log. Invariants: only the holder of a partition's producer id commits to
+// its owner log; every seal is based on the seal before it; a seal's rows
+// and resume offset are of one completed stage-2 checkpoint, so a rebuild
+// plus the resume applies every committed repartition row exactly once.
+//
+// Files: writer.go (stage 1), partial.go (the wire format), source.go
+// (stage 2's reader), ownerlog.go (owner-log records, the chain check,
+// CheckOwners), handover.go (Take), publisher.go (Publisher).
 package repartition

@@ -20,7 +20,7 @@ import (
 var ErrHandover = errors.New("repartition: cannot take the partition over")
 
 // rebuildBatch bounds the rows of one Apply of a rebuild.
-const rebuildBatch = 4096
+const rebuildBatch = 32768
 
 // OwnerConfig says who owns repartition partitions and where their owner
 // log is.

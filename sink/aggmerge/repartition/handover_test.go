@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -133,14 +134,16 @@ func sealRow(ctx context.Context, h *Handover, table *aggmerge.Table, user strin
 	return err
 }
 
-// userOf returns a user whose bucket is 0.
-func userOf(t *testing.T, table *aggmerge.Table) string {
+// userOf returns the nth user (from 0) whose bucket is 0.
+func userOf(t *testing.T, table *aggmerge.Table, nth int) string {
 	for i := 0; ; i++ {
-		u := "u" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		u := "u" + strconv.Itoa(i)
 		if b, err := table.Bucket([]agg.Value{agg.StringValue(u)}); err != nil {
 			t.Fatal(err)
-		} else if b == 0 {
+		} else if b == 0 && nth == 0 {
 			return u
+		} else if b == 0 {
+			nth--
 		}
 	}
 }
@@ -163,7 +166,7 @@ func TestHandoverTwoOwners(t *testing.T) {
 			if !fenced {
 				ca.TransactionalID, cb.TransactionalID = topic+"-a", topic+"-b"
 			}
-			user := userOf(t, ta)
+			user := userOf(t, ta, 0)
 			ha, err := Take(ctx, ca, ta, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -204,5 +207,45 @@ func TestHandoverTwoOwners(t *testing.T) {
 				t.Fatalf("Take after two owners: %v, want ErrTwoOwners", err)
 			}
 		})
+	}
+}
+
+// TestHandoverAfterUnclaimedRebuild: a handover that crashed between its
+// rebuild and its claim left rows in the bucket (here a row the owner log
+// no longer has); the retried Take clears them and rebuilds, so the bucket
+// holds exactly the owner log's rows.
+func TestHandoverAfterUnclaimedRebuild(t *testing.T) {
+	ctx := t.Context()
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.TopicName(t, brokers)
+	ta, tb := freshTable(t), freshTable(t)
+	ca, cb := ownerConfig(brokers, topic, 0), ownerConfig(brokers, topic, 1)
+	user := userOf(t, ta, 0)
+	ha, err := Take(ctx, ca, ta, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	if err := sealRow(ctx, ha, ta, user, 5); err != nil {
+		t.Fatal(err)
+	}
+	gone := userOf(t, tb, 1)
+	stale, err := tb.EncodeKey([]agg.Value{agg.StringValue(gone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := &Handover{cfg: cb, Partition: 0}
+	if _, err := crashed.rebuild(tb, map[string][]agg.Value{string(stale): {agg.IntValue(7), agg.IntValue(7)}}); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := Take(ctx, cb, tb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	got := make(totals)
+	(&instance{table: tb}).scan(t, got, false)
+	if d := diff(got, totals{user: {5, 5}}); d != "" {
+		t.Fatalf("after the retried handover: %s", d)
 	}
 }

@@ -177,6 +177,8 @@ func readOwnerLog(ctx context.Context, conn []kgo.Opt, topic string, partitions 
 	cl, err := kgo.NewClient(append(conn,
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // to see that a partition's end is reached
+		// A rebuild reads a partition whole: fewer, larger fetches.
+		kgo.FetchMaxPartitionBytes(32<<20), kgo.FetchMaxBytes(64<<20),
 	)...)
 	if err != nil {
 		return fmt.Errorf("read owner log %q: %w", topic, err)
