@@ -99,6 +99,10 @@ func take(ctx context.Context, cfg OwnerConfig, table *aggmerge.Table, p int32) 
 	if err != nil {
 		return nil, err
 	}
+	// Failover moves buckets one by one: partition p must be bucket p.
+	if err := ensureTopic(ctx, conn, cfg.Topic, buckets); err != nil {
+		return nil, err
+	}
 	topic := OwnerLogTopic(cfg.Topic)
 	if err := ensureTopic(ctx, conn, topic, buckets); err != nil {
 		return nil, err
@@ -125,6 +129,7 @@ func (h *Handover) take(ctx context.Context, conn []kgo.Opt, topic string, table
 	// 2. Read the owner log to its end, checking the chain.
 	chain := newOwnerChain(h.Partition)
 	images := map[string][]agg.Value{}
+	var slab []agg.Value // the images' values, allocated in chunks
 	columns, buckets := len(table.Schema().Values), table.Schema().Buckets
 	var rec ownerRecord
 	err := readOwnerLog(ctx, conn, topic, []int32{h.Partition}, func(r *kgo.Record) error {
@@ -143,9 +148,13 @@ func (h *Handover) take(ctx context.Context, conn []kgo.Opt, topic string, table
 		}
 		if rec.vals == nil {
 			images[string(r.Key)] = nil
-		} else {
-			images[string(r.Key)] = append([]agg.Value(nil), rec.vals...)
+			return nil
 		}
+		if len(slab)+columns > cap(slab) {
+			slab = make([]agg.Value, 0, 1024*columns)
+		}
+		slab = append(slab, rec.vals...)
+		images[string(r.Key)] = slab[len(slab)-columns : len(slab) : len(slab)]
 		return nil
 	})
 	if err != nil {
