@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -20,9 +21,9 @@ import (
 // TestHandoverRebuild moves every bucket of a scaled job from one owner to
 // two new ones (a restart with another instance count, on new machines:
 // fresh data directories). Owner A (instance 0 of 1) applies input and
-// publishes its checkpoints to the owner log; then its publishers stop and
-// it applies more input that is never published, and it dies without a
-// final checkpoint. More input arrives while nobody owns the buckets. B0
+// publishes its checkpoints to the owner log; it dies without a final
+// checkpoint while its log holds entries past its last completed one
+// (applied, never published). More input arrives while nobody owns the buckets. B0
 // and B1 (instances 0 and 1 of 2) take their partitions over: each rebuilds
 // its buckets from the owner log, resumes the repartition partitions at the
 // sealed offsets (so A's unpublished work is applied again, once), and
@@ -51,17 +52,28 @@ func TestHandoverRebuild(t *testing.T) {
 	}
 	kafkatest.Produce(t, brokers, input(rng, in, 1500, 600, want)...)
 	waitTotals(t, []*instance{a}, want)
-	waitCheckpoint(t, a)
-	a.stopPublishers(t) // what A applies from here on is never published
-	kafkatest.Produce(t, brokers, input(rng, in, 2100, 300, want)...)
-	waitTotals(t, []*instance{a}, want)
+	waitCheckpoint(t, a) // a checkpoint with all of it, to publish
+	// A dies while its log holds entries that no completed checkpoint
+	// covers: they are never published.
+	seq := 2100
+	deadline := time.Now().Add(kafkatest.Timeout)
+	for !uncommitted(t, a.table) {
+		if time.Now().After(deadline) {
+			t.Fatal("stage 2 never wrote past its last completed checkpoint")
+		}
+		kafkatest.Produce(t, brokers, input(rng, in, seq, 50, want)...)
+		seq += 50
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.kill2() // no final checkpoint
+	<-a.done2
 	a.stop1()
 	if err := <-a.done1; err != nil {
 		t.Fatalf("A's stage 1: %v", err)
 	}
-	a.kill2() // dies: no final checkpoint
-	<-a.done2
-	kafkatest.Produce(t, brokers, input(rng, in, 2400, 300, want)...)
+	a.stopPublishers(t) // publishes up to A's last completed checkpoint
+	kafkatest.Produce(t, brokers, input(rng, in, seq, 300, want)...)
+	seq += 300
 
 	bs := []*instance{startOwner(t, brokers, in, topic, 0, 2), startOwner(t, brokers, in, topic, 1, 2)}
 	rebuilt := 0
@@ -77,7 +89,7 @@ func TestHandoverRebuild(t *testing.T) {
 	if rebuilt == 0 {
 		t.Fatal("the new owners rebuilt no rows")
 	}
-	kafkatest.Produce(t, brokers, input(rng, in, 2700, 300, want)...)
+	kafkatest.Produce(t, brokers, input(rng, in, seq, 300, want)...)
 	waitTotals(t, bs, want)
 	for _, b := range bs {
 		b.stop(t)
@@ -248,4 +260,152 @@ func TestHandoverAfterUnclaimedRebuild(t *testing.T) {
 	if d := diff(got, totals{user: {5, 5}}); d != "" {
 		t.Fatalf("after the retried handover: %s", d)
 	}
+}
+
+// TestHandoverRestartSameOwner: an owner's stage 2 dies while it applies
+// (without a final checkpoint, with entries in its log past its last
+// completed checkpoint, so that its restart undoes them) and the owner
+// starts again on its data directory, up to 10 times until a restart undid
+// some. Each Take finds the last seal is its own table's: it rebuilds
+// nothing and claims the next epoch; stage 2 restores, undoes and replays;
+// the Publisher goes on from the seal, dropping the rolled-back range. The
+// table equals the exact totals, and so does a rebuild from the owner log
+// alone.
+func TestHandoverRestartSameOwner(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	brokers := kafkatest.Brokers(t)
+	in := kafkatest.NewTopic(t, brokers, scaleInput)
+	topic := kafkatest.TopicName(t, brokers)
+	want := make(totals)
+	seq := 0
+	produce := func(n int) {
+		kafkatest.Produce(t, brokers, input(rng, in, seq, n, want)...)
+		seq += n
+	}
+	produce(1500)
+	a := startOwner(t, brokers, in, topic, 0, 1)
+	waitTotals(t, []*instance{a}, want)
+	for round := 1; ; round++ {
+		// Input arrives until the log holds entries past the last commit
+		// marker; then stage 2 dies.
+		deadline := time.Now().Add(kafkatest.Timeout)
+		for !uncommitted(t, a.table) {
+			if time.Now().After(deadline) {
+				t.Fatal("stage 2 never wrote past its last completed checkpoint")
+			}
+			produce(50)
+			time.Sleep(5 * time.Millisecond)
+		}
+		a.kill2()
+		<-a.done2
+		a.stop1()
+		if err := <-a.done1; err != nil {
+			t.Fatalf("stage 1: %v", err)
+		}
+		a.stopPublishers(t)
+		for _, h := range a.handovers {
+			h.Close()
+		}
+		if err := a.table.Close(); err != nil {
+			t.Fatal(err)
+		}
+		before := undone(t, nil, a.dir)
+		a = start(t, brokers, in, topic, 0, 1, a.dir, true)
+		for _, h := range a.handovers {
+			if h.Epoch != uint64(round+1) || h.Rebuilt != 0 {
+				t.Errorf("round %d: the restarted owner took partition %d at epoch %d, rebuilding %d rows: want epoch %d, none rebuilt",
+					round, h.Partition, h.Epoch, h.Rebuilt, round+1)
+			}
+		}
+		waitTotals(t, []*instance{a}, want)
+		n := undone(t, a.table, "")
+		t.Logf("round %d: the restart undid %d log entries", round, n-before)
+		if n > before {
+			break
+		}
+		if round == 10 {
+			t.Fatal("no restart in 10 undid anything: the test did not test undo")
+		}
+	}
+	produce(300)
+	waitTotals(t, []*instance{a}, want)
+	a.stop(t)
+
+	c := freshTable(t)
+	for p := range int32(scaleBuckets) {
+		h, err := Take(t.Context(), ownerConfig(brokers, topic, 9), c, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+	}
+	if d := diff(union(t, []*instance{{table: c}}, false), want); d != "" {
+		t.Fatalf("rebuilt from the owner log alone: %s", d)
+	}
+	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// uncommitted tells whether some bucket's log ends with a change, not a
+// marker: entries that no completed checkpoint covers yet.
+func uncommitted(t *testing.T, table *aggmerge.Table) bool {
+	for b := range scaleBuckets {
+		start, end, err := table.LogOffsets(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end == 0 {
+			continue
+		}
+		last := aggmerge.MarkerEntry
+		err = table.ReadLogWith(b, max(start, end-1), aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
+			last = e.Op
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last != aggmerge.MarkerEntry {
+			return true
+		}
+	}
+	return false
+}
+
+// undone counts the undo entries (not markers) in a table's logs; with
+// table nil, of the closed table of the data directory dir.
+func undone(t *testing.T, table *aggmerge.Table, dir string) int {
+	if table == nil {
+		var err error
+		if table, err = aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := table.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	n := 0
+	for b := range scaleBuckets {
+		start, _, err := table.LogOffsets(b)
+		if err == nil {
+			err = table.ReadLog(b, start, func(e *aggmerge.Entry) error {
+				if e.Undo && e.Op != aggmerge.MarkerEntry {
+					n++
+				}
+				return nil
+			})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }

@@ -79,6 +79,7 @@ func orderRow(r *kgo.Record, row *writer.Row) (bool, error) {
 // table), and with failover the handovers of its partitions and their
 // publishers.
 type instance struct {
+	dir       string
 	table     *aggmerge.Table
 	owned     []int32
 	polled    atomic.Int64 // input records stage 1 mapped
@@ -93,23 +94,27 @@ type instance struct {
 }
 
 func startInstance(t *testing.T, brokers []string, input, topic string, i, n int) *instance {
-	return start(t, brokers, input, topic, i, n, false)
+	return start(t, brokers, input, topic, i, n, "", false)
 }
 
 // startOwner starts an instance with failover: it takes its partitions
 // over (Take) before stage 2 starts, resumes them where the owner log
 // says, and publishes what stage 2 commits.
 func startOwner(t *testing.T, brokers []string, input, topic string, i, n int) *instance {
-	return start(t, brokers, input, topic, i, n, true)
+	return start(t, brokers, input, topic, i, n, "", true)
 }
 
 func ownerConfig(brokers []string, topic string, i int) OwnerConfig {
 	return OwnerConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owner: fmt.Sprintf("scale/totals#%d", i)}
 }
 
-func start(t *testing.T, brokers []string, input, topic string, i, n int, failover bool) *instance {
+// start starts instance i of n on the data directory dir (a new one when
+// empty).
+func start(t *testing.T, brokers []string, input, topic string, i, n int, dir string, failover bool) *instance {
 	ctx := t.Context()
-	dir := t.TempDir()
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +124,7 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, failov
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{table: table, owned: Owned(scaleBuckets, i, n), done1: make(chan error, 1), done2: make(chan error, 1)}
+	in := &instance{dir: dir, table: table, owned: Owned(scaleBuckets, i, n), done1: make(chan error, 1), done2: make(chan error, 1)}
 	conn := kafka.Connection{Brokers: brokers}
 	scfg := SourceConfig{Kafka: conn, Topic: topic, Owned: in.owned}
 	if failover {
