@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -99,18 +100,18 @@ func take(ctx context.Context, cfg OwnerConfig, table *aggmerge.Table, p int32) 
 	if err != nil {
 		return nil, err
 	}
-	// Failover moves buckets one by one: partition p must be bucket p.
-	if err := ensureTopic(ctx, conn, cfg.Topic, buckets); err != nil {
-		return nil, err
-	}
-	topic := OwnerLogTopic(cfg.Topic)
-	if err := ensureTopic(ctx, conn, topic, buckets); err != nil {
-		return nil, err
-	}
 	cl, err := kgo.NewClient(append(conn, kgo.TransactionalID(cfg.transactionalID(p)),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return nil, err
+	}
+	// Failover moves buckets one by one: partition p must be bucket p.
+	topic := OwnerLogTopic(cfg.Topic)
+	for _, t := range []string{cfg.Topic, topic} {
+		if err := ensureTopic(ctx, kadm.NewClient(cl), t, buckets); err != nil {
+			cl.Close()
+			return nil, err
+		}
 	}
 	h := &Handover{cfg: cfg, Partition: p, cl: cl}
 	if err := h.take(ctx, conn, topic, table); err != nil {

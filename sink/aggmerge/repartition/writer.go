@@ -194,7 +194,12 @@ func ensureTopics(ctx context.Context, conn []kgo.Opt, cfg *WriterConfig, log *s
 			return err
 		}
 	}
-	topic, partitions := cfg.Topic, cfg.Partitions
+	return ensureTopic(ctx, adm, cfg.Topic, cfg.Partitions)
+}
+
+// ensureTopic creates topic with its partitions when missing and refuses
+// one with another partition count (ErrTopic).
+func ensureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
 	n, err := kafka.EnsureTopic(ctx, adm, topic, int32(partitions))
 	if err != nil {
 		return err
