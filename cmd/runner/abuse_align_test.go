@@ -58,7 +58,7 @@ func TestAbuseAlignedSIGKILL(t *testing.T) {
 	for _, v := range as {
 		aEnds[v.Version] = v.EndOffsets
 	}
-	aRecs, bRecs := kafkatest.ConsumeAll(t, ch.brokers, ch.changelog), kafkatest.ConsumeAll(t, ch.brokers, ch.bLog)
+	aRecs, bRecs := kafkatest.ConsumeStable(t, ch.brokers, ch.changelog), kafkatest.ConsumeStable(t, ch.brokers, ch.bLog)
 	var prev uint64
 	named := map[uint64]bool{}
 	for _, v := range bs {

@@ -294,9 +294,8 @@ func runAbuseFinal(t *testing.T, file string, gap time.Duration) {
 	if d := diffFinal(scanFinal(t, dir, size), want, in.all(), true); d != "" {
 		t.Fatalf("seed %d: %s", seed, d)
 	}
-	kafkatest.WaitStable(t, brokers, changelog)
 	seen := map[finalWindow]finalValue{}
-	for _, r := range kafkatest.ConsumeAll(t, brokers, changelog) {
+	for _, r := range kafkatest.ConsumeStable(t, brokers, changelog) {
 		var key struct {
 			User        string    `json:"user"`
 			WindowStart time.Time `json:"window_start"`

@@ -29,6 +29,7 @@ import (
 type chaosFlags struct {
 	kills      int
 	seed       int64
+	killAfter  time.Duration
 	killWithin time.Duration
 	settle     time.Duration
 	records    int64
@@ -41,6 +42,7 @@ func (c *chaosFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.IntVar(&c.kills, "chaos", 0, "first run the job in a fresh data directory (--data-dir, which must be empty, else a temporary one) and SIGKILL it N times at seeded random moments, then verify")
 	fl.Int64Var(&c.seed, "seed", 0, "--chaos: the seed of the kill schedule (0: from the clock; printed)")
+	fl.DurationVar(&c.killAfter, "kill-after", 0, "--chaos: the earliest moment of a kill after the runner is up (kills during start-up, before any record is processed, test little)")
 	fl.DurationVar(&c.killWithin, "kill-within", 3*time.Second, "--chaos: each kill falls at a random moment within this long after the runner is up")
 	fl.DurationVar(&c.settle, "settle", 3*time.Second, "--chaos: how long the last run goes on before it is stopped (SIGTERM), unless its input ends first")
 	fl.Int64Var(&c.records, "records", 10000, "--chaos: the count of a datagen source that has none (an endless one)")
@@ -62,6 +64,9 @@ func chaos(ctx context.Context, w io.Writer, f *verifyFlags) error {
 	}
 	if c.killWithin <= 0 || c.records < 1 {
 		return usageErr("--kill-within and --records must be positive")
+	}
+	if c.killAfter < 0 || c.killAfter >= c.killWithin {
+		return usageErr("--kill-after %s must be at least 0 and less than --kill-within %s", c.killAfter, c.killWithin)
 	}
 	seed := c.seed
 	if seed == 0 {
@@ -101,7 +106,7 @@ func chaos(ctx context.Context, w io.Writer, f *verifyFlags) error {
 		if err := r.untilUp(ctx, dir); err != nil {
 			return err
 		}
-		d := time.Duration(rng.Int64N(int64(c.killWithin)))
+		d := c.killAfter + time.Duration(rng.Int64N(int64(c.killWithin-c.killAfter)))
 		if ended := r.sleep(ctx, d); ended {
 			return r.failed(fmt.Sprintf("the runner of run %d exited before its kill (an input that ended? give it more, or a shorter --kill-within)", k))
 		}

@@ -21,6 +21,16 @@ func Produce(t testing.TB, brokers []string, recs ...*kgo.Record) {
 	}
 }
 
+// ConsumeStable is ConsumeAll once every transaction on topic is decided
+// (WaitStable): what a writer that has stopped left, including its last
+// commit, whose markers Kafka writes a moment after acknowledging it. Use
+// ConsumeAll while writers run or a transaction is meant to stay open.
+func ConsumeStable(t testing.TB, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	WaitStable(t, brokers, topic)
+	return ConsumeAll(t, brokers, topic)
+}
+
 // ConsumeAll reads every record of topic that is committed when it is
 // called, read_committed: records of aborted transactions and transaction
 // markers are left out, records of open transactions are not reached. The

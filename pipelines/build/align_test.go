@@ -45,8 +45,8 @@ const alignUsers, alignOrders = 50, 40
 // line per version or checkpoint that is not so.
 func misaligned(t *testing.T, run chainRun) []string {
 	t.Helper()
-	aLog := kafkatest.ConsumeAll(t, run.brokers, run.aTopic)
-	bLog := kafkatest.ConsumeAll(t, run.brokers, run.bTopic)
+	aLog := kafkatest.ConsumeStable(t, run.brokers, run.aTopic)
+	bLog := kafkatest.ConsumeStable(t, run.brokers, run.bTopic)
 	byNumber := map[uint64]*export.Version{}
 	for i := range run.as {
 		byNumber[run.as[i].Version] = &run.as[i]
@@ -227,13 +227,13 @@ func TestAlignedUnion(t *testing.T) {
 	logs := map[string][]*kgo.Record{}
 	ends := map[string]map[uint64][]int64{}
 	for topic, vs := range map[string][]export.Version{run.aTopic: run.as, run.a2Topic: run.a2s} {
-		logs[topic] = kafkatest.ConsumeAll(t, run.brokers, topic)
+		logs[topic] = kafkatest.ConsumeStable(t, run.brokers, topic)
 		ends[topic] = map[uint64][]int64{}
 		for _, v := range vs {
 			ends[topic][v.Version] = v.EndOffsets
 		}
 	}
-	bLog := kafkatest.ConsumeAll(t, run.brokers, run.bTopic)
+	bLog := kafkatest.ConsumeStable(t, run.brokers, run.bTopic)
 	pairs := 0
 	for _, v := range run.bs {
 		want := map[string][2]float64{}

@@ -282,7 +282,7 @@ func TestUpgradeFromTableTransactionalID(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := map[int32]uint64{}
-	for _, r := range kafkatest.ConsumeAll(t, brokers, topic) {
+	for _, r := range kafkatest.ConsumeStable(t, brokers, topic) {
 		var off uint64
 		for _, h := range r.Headers {
 			if h.Key == export.HeaderOffset {

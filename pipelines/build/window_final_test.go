@@ -378,7 +378,7 @@ func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, se
 func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKey]winAcc, seed int64) {
 	t.Helper()
 	seen := map[winKey]winAcc{}
-	for _, r := range kafkatest.ConsumeAll(t, brokers, topic) {
+	for _, r := range kafkatest.ConsumeStable(t, brokers, topic) {
 		var key struct {
 			User  string    `json:"user"`
 			Start time.Time `json:"window_start"`
@@ -413,7 +413,7 @@ func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKe
 func checkChangelogReplay(t *testing.T, brokers []string, topic string, want map[winKey]winAcc, seed int64) {
 	t.Helper()
 	got, deletes := map[winKey]winAcc{}, 0
-	for _, r := range kafkatest.ConsumeAll(t, brokers, topic) {
+	for _, r := range kafkatest.ConsumeStable(t, brokers, topic) {
 		var key struct {
 			User  string    `json:"user"`
 			Start time.Time `json:"window_start"`

@@ -267,7 +267,7 @@ func TestExportEveryModeAndFormat(t *testing.T) {
 				if err := stop(); err != nil {
 					t.Fatal(err)
 				}
-				sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeAll(t, brokers, topic), f), changeOffsets(t, tbl))
+				sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeStable(t, brokers, topic), f), changeOffsets(t, tbl))
 				sameMaps(t, topicJSON(t, brokers, topic, f), tableJSON(t, tbl))
 			})
 		}
@@ -349,7 +349,7 @@ func TestExportNewcomerFencesNobody(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("the running exporter: %v", err)
 	}
-	sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeAll(t, brokers, topic), UpsertJSON), changeOffsets(t, tbl))
+	sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeStable(t, brokers, topic), UpsertJSON), changeOffsets(t, tbl))
 }
 
 func decimalOf(cents int) decimal.Decimal { return decimal.New(int64(cents), -2) }
@@ -397,7 +397,7 @@ func TestExportZombieFenced(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeAll(t, brokers, topic), UpsertJSON), changeOffsets(t, tbl))
+	sameOffsets(t, exportedOffsets(t, kafkatest.ConsumeStable(t, brokers, topic), UpsertJSON), changeOffsets(t, tbl))
 }
 
 type testWriter struct{ t *testing.T }

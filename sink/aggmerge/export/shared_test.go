@@ -68,8 +68,7 @@ func TestReadSharedTwoOwners(t *testing.T) {
 		ck := versionJob{name: "v", count: 3000}.run(t, tbl, dir, nil)
 		waitVersion(t, x, map[string]uint64{"v": ck})
 	}
-	kafkatest.WaitStable(t, brokers, topic)
-	for _, r := range kafkatest.ConsumeAll(t, brokers, topic) {
+	for _, r := range kafkatest.ConsumeStable(t, brokers, topic) {
 		want := tables[0].ID().String()
 		if r.Partition%2 == 1 {
 			want = tables[1].ID().String()

@@ -360,8 +360,7 @@ func TestVersionsFollowCheckpoints(t *testing.T) {
 	if back.Version <= full.Version {
 		t.Fatalf("version %d after restoring checkpoint %d, %d before", back.Version, old.Writers[0].Checkpoint, full.Version)
 	}
-	kafkatest.WaitStable(t, brokers, topic)
-	recs := kafkatest.ConsumeAll(t, brokers, topic)
+	recs := kafkatest.ConsumeStable(t, brokers, topic)
 	vs, err = ReadVersions(context.Background(), cfg.Kafka, topic+".versions")
 	if err != nil {
 		t.Fatal(err)
@@ -416,7 +415,7 @@ func TestVersionsFollowCheckpoints(t *testing.T) {
 	}
 	// A reader that joins now reads the whole history; keys cycle through
 	// the version number mod VersionsHistory.
-	raw := kafkatest.ConsumeAll(t, brokers, topic+".versions")
+	raw := kafkatest.ConsumeStable(t, brokers, topic+".versions")
 	if len(raw) != len(vs) {
 		t.Fatalf("%d version records, ReadVersions gave %d", len(raw), len(vs))
 	}
@@ -469,8 +468,7 @@ func TestVersionsTwoWriters(t *testing.T) {
 	if err := stopX(); err != nil {
 		t.Fatal(err)
 	}
-	kafkatest.WaitStable(t, brokers, topic)
-	recs := kafkatest.ConsumeAll(t, brokers, topic)
+	recs := kafkatest.ConsumeStable(t, brokers, topic)
 	vs, err := ReadVersions(context.Background(), cfg.Kafka, topic+".versions")
 	if err != nil {
 		t.Fatal(err)
@@ -608,8 +606,7 @@ func TestVersionCommitsWithItsChangelog(t *testing.T) {
 	if err := <-xdone; err != nil {
 		t.Fatal(err)
 	}
-	kafkatest.WaitStable(t, brokers, topic)
-	recs = kafkatest.ConsumeAll(t, brokers, topic)
+	recs = kafkatest.ConsumeStable(t, brokers, topic)
 	vs, err = ReadVersions(context.Background(), cfg.Kafka, cfg.VersionsTopic)
 	if err != nil {
 		t.Fatal(err)

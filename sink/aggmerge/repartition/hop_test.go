@@ -105,11 +105,15 @@ func counts(w *Writer) [3]float64 {
 	return out
 }
 
-// committedOffsets sums the group's committed offsets over the input.
+// committedOffsets sums the group's committed offsets over the input. It
+// asks for stable offsets: Kafka writes a committed transaction's offsets
+// to the group a moment after acknowledging the commit (as it does its
+// markers, see kafkatest.WaitStable), and answers with the older ones
+// until then unless asked to wait.
 func (h hop) committedOffsets(t *testing.T) int64 {
 	ctx, cancel := context.WithTimeout(t.Context(), kafkatest.Timeout)
 	defer cancel()
-	resp, err := kafkatest.Admin(t, h.brokers).FetchOffsets(ctx, h.group)
+	resp, err := kafkatest.Admin(t, h.brokers).FetchOffsets(kadm.RequireStable(ctx), h.group)
 	if err == nil {
 		err = resp.Error()
 	}
@@ -123,6 +127,14 @@ func (h hop) committedOffsets(t *testing.T) int64 {
 		}
 	})
 	return sum
+}
+
+// readSettled is read once every transaction on the repartition topic is
+// decided: after a commit, whose markers Kafka writes a moment after
+// acknowledging it.
+func (h hop) readSettled(t *testing.T) []string {
+	kafkatest.WaitStable(t, h.brokers, h.topic)
+	return h.read(t)
 }
 
 // read returns what a read_committed consumer reads of the repartition
@@ -214,7 +226,7 @@ func TestHopFencedZombie(t *testing.T) {
 		t.Logf("the zombie's commit: %v", err)
 	}
 	a.sess.Close()
-	wantExactly(t, h.read(t), func(seq int) string { return fmt.Sprintf("a:%d", seq) }, 50)
+	wantExactly(t, h.readSettled(t), func(seq int) string { return fmt.Sprintf("a:%d", seq) }, 50)
 	if got := h.committedOffsets(t); got != 50 {
 		t.Fatalf("group offsets at %d after the aborted transaction, want 50", got)
 	}
@@ -237,7 +249,7 @@ func TestHopFencedZombie(t *testing.T) {
 	if got := counts(b); got != [3]float64{50, 1, 0} {
 		t.Errorf("the new incarnation's rows sent, committed, aborted: %v, want 50 1 0", got)
 	}
-	wantExactly(t, h.read(t), func(seq int) string {
+	wantExactly(t, h.readSettled(t), func(seq int) string {
 		if seq < 50 {
 			return fmt.Sprintf("a:%d", seq)
 		}
@@ -287,7 +299,7 @@ func TestHopKilledMidTransaction(t *testing.T) {
 	if err := b.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	wantExactly(t, h.read(t), func(seq int) string {
+	wantExactly(t, h.readSettled(t), func(seq int) string {
 		if seq < 60 {
 			return fmt.Sprintf("a:%d", seq)
 		}

@@ -84,7 +84,7 @@ func TestRunRidesOutBrokerOutage(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("stage 1 stopped with %v", err)
 	}
-	wantExactly(t, h.read(t), func(seq int) string { return "r:" + strconv.Itoa(seq) }, 200)
+	wantExactly(t, h.readSettled(t), func(seq int) string { return "r:" + strconv.Itoa(seq) }, 200)
 }
 
 func failures(m *Metrics) float64 {
