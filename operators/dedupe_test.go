@@ -78,32 +78,17 @@ func (in *dedupeInput) model() []uint64 {
 func (in *dedupeInput) run(t *testing.T, par int, f *chaos.Faults) []uint64 {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	opts := runtime.Options{Name: "dedupe", DataDir: dir, BatchSize: 256, WatermarkInterval: time.Millisecond,
-		Checkpoint: runtime.CheckpointOptions{Interval: 5 * time.Millisecond},
-		Restart:    runtime.RestartOptions{MaxAttempts: 1000, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 	seq := operators.NewSequence(operators.SequenceConfig{Count: dedupeCount, Splits: dedupeSplits,
 		EventTime: func(seq uint64) int64 { return in.times[seq] }, MaxOutOfOrderness: 2 * time.Millisecond})
-	if f != nil {
-		opts.StateBackend = chaos.Backends(state.NewMemoryFactory(), f)
-		seq = chaos.PerCheckpoint(seq, 1000/par)
-	}
-	j := runtime.NewJob(opts)
-	src := runtime.FromSource(j, "sequence", seq, runtime.WithParallelism(par))
-	if f != nil {
-		src = chaos.Operator(src, "chaos", f)
-	}
+	j := runtime.NewJob(chaos.JobOptions("dedupe", dir, f))
+	src := chaos.Source(j, "sequence", seq, par, 1000/par, f)
 	ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return in.ids[e.Seq] }, state.Uint64Codec{})
 	kept, err := operators.Dedupe(ks, "dedupe", operators.DedupeConfig[operators.Event]{Within: dedupeWithin,
 		EventTime: func(e operators.Event) int64 { return e.Time }}, runtime.WithParallelism(par+1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := operators.NewCollectSink(out, state.Codec[operators.Event](state.JSONCodec[operators.Event]{}))
-	if f != nil {
-		inner := sink
-		sink = func() runtime.Sink[operators.Event] { return chaos.Sink(inner(), f) }
-	}
-	runtime.SinkTo(kept, "collect", sink)
+	runtime.SinkTo(kept, "collect", chaos.Sinks(operators.NewCollectSink(out, state.Codec[operators.Event](state.JSONCodec[operators.Event]{})), f))
 	if err := j.Run(t.Context()); err != nil {
 		t.Fatalf("run: %v", err)
 	}

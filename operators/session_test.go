@@ -87,20 +87,10 @@ type sessionOut = operators.SessionEvent[uint64, operators.Event, sessionAcc]
 func runSessions(t *testing.T, times []int64, final bool, par int, f *chaos.Faults, merges *atomic.Int64) []sessionRow {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	opts := runtime.Options{Name: "sessions", DataDir: dir, BatchSize: 256, WatermarkInterval: time.Millisecond,
-		Checkpoint: runtime.CheckpointOptions{Interval: 5 * time.Millisecond},
-		Restart:    runtime.RestartOptions{MaxAttempts: 1000, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 	seq := operators.NewSequence(operators.SequenceConfig{Count: sessionCount, Splits: 8, Keys: sessionKeys,
 		EventTime: func(seq uint64) int64 { return times[seq] }, MaxOutOfOrderness: 2 * time.Millisecond})
-	if f != nil {
-		opts.StateBackend = chaos.Backends(state.NewMemoryFactory(), f)
-		seq = chaos.PerCheckpoint(seq, 1000/par)
-	}
-	j := runtime.NewJob(opts)
-	src := runtime.FromSource(j, "sequence", seq, runtime.WithParallelism(par))
-	if f != nil {
-		src = chaos.Operator(src, "chaos", f)
-	}
+	j := runtime.NewJob(chaos.JobOptions("sessions", dir, f))
+	src := chaos.Source(j, "sequence", seq, par, 1000/par, f)
 	ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return e.Seq % sessionKeys }, state.Uint64Codec{})
 	sessions, err := operators.SessionWindows(ks, "sessions", operators.SessionConfig[operators.Event, sessionAcc]{
 		Gap: sessionGap, Final: final,
@@ -118,12 +108,7 @@ func runSessions(t *testing.T, times []int64, final bool, par int, f *chaos.Faul
 		t.Fatal(err)
 	}
 	codec := state.Codec[sessionOut](state.JSONCodec[sessionOut]{})
-	sink := operators.NewCollectSink(out, codec)
-	if f != nil {
-		inner := sink
-		sink = func() runtime.Sink[sessionOut] { return chaos.Sink(inner(), f) }
-	}
-	runtime.SinkTo(sessions, "collect", sink)
+	runtime.SinkTo(sessions, "collect", chaos.Sinks(operators.NewCollectSink(out, codec), f))
 	if err := j.Run(t.Context()); err != nil {
 		t.Fatalf("run: %v", err)
 	}

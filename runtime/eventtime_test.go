@@ -224,33 +224,17 @@ type windowJob struct {
 func (w *windowJob) build(j *runtime.Job, out string) {
 	seq := operators.NewSequence(operators.SequenceConfig{Count: w.count, Keys: w.keys,
 		EventTime: seqTime, MaxOutOfOrderness: 20 * time.Millisecond})
-	if w.faults != nil {
-		seq = chaos.PerCheckpoint(seq, 1500/w.srcPar)
-	}
-	src := runtime.FromSource(j, "sequence", seq, runtime.WithParallelism(w.srcPar))
-	if w.faults != nil {
-		src = chaos.Operator(src, "chaos", w.faults)
-	}
+	src := chaos.Source(j, "sequence", seq, w.srcPar, 1500/w.srcPar, w.faults)
 	ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return e.Key }, state.Uint64Codec{})
 	wins := runtime.Process(ks, "windows", func() runtime.KeyedProcessor[uint64, operators.Event, operators.Event] {
 		return &windower{late: &w.late}
 	}, runtime.WithParallelism(w.srcPar+1))
-	sink := operators.NewCollectSink(out, state.Codec[operators.Event](state.JSONCodec[operators.Event]{}))
-	if w.faults != nil {
-		inner := sink
-		sink = func() runtime.Sink[operators.Event] { return chaos.Sink(inner(), w.faults) }
-	}
-	runtime.SinkTo(wins, "collect", sink, runtime.WithParallelism(w.srcPar))
+	runtime.SinkTo(wins, "collect", chaos.Sinks(operators.NewCollectSink(out, state.Codec[operators.Event](state.JSONCodec[operators.Event]{})), w.faults),
+		runtime.WithParallelism(w.srcPar))
 }
 
 func (w *windowJob) options(dir string) runtime.Options {
-	opts := runtime.Options{Name: "windows", DataDir: dir, BatchSize: 256, WatermarkInterval: time.Millisecond,
-		Checkpoint: runtime.CheckpointOptions{Interval: 5 * time.Millisecond},
-		Restart:    runtime.RestartOptions{MaxAttempts: 1000, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
-	if w.faults != nil {
-		opts.StateBackend = chaos.Backends(state.NewMemoryFactory(), w.faults)
-	}
-	return opts
+	return chaos.JobOptions("windows", dir, w.faults)
 }
 
 // TestEventTimeWindowsExactlyOnce is the determinism oracle of event time:

@@ -45,17 +45,7 @@ func TestTopologyConsistentFreshness(t *testing.T) {
 	for _, topic := range []string{aCL, bCL, xCL} {
 		kafkatest.CreateTopic(t, brokers, changelogfmt.VersionsTopic(topic), 1)
 	}
-	var recs []*kgo.Record
-	for i := range versions {
-		v := &versions[i]
-		v.Format, v.TableID, v.CommitTime = changelogfmt.VersionFormat, v.Table+"-id", t0
-		r, err := changelogfmt.VersionRecord(changelogfmt.VersionsTopic(v.Topic), v, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, r)
-	}
-	kafkatest.Produce(t, brokers, recs...)
+	produceVersions(t, brokers, versions, t0)
 
 	now := t0.Add(time.Hour)
 	top, err := readTopology(context.Background(), nil, &kafka.Connection{Brokers: brokers}, nil, now)
@@ -113,17 +103,7 @@ func TestTopologyConsistentFreshness(t *testing.T) {
 		{Table: "a", Topic: aCL, Version: 5, EndOffsets: []int64{15}, Writers: writer("A", 5), EventTimeMs: ms(5 * time.Second)},
 		{Table: "b", Topic: bCL, Version: 4, EndOffsets: []int64{5}, Writers: writer("B", 4), Upstream: upA(5, true), EventTimeMs: ms(5 * time.Second)},
 	}
-	recs = nil
-	for i := range more {
-		v := &more[i]
-		v.Format, v.TableID, v.CommitTime = changelogfmt.VersionFormat, v.Table+"-id", t0
-		r, err := changelogfmt.VersionRecord(changelogfmt.VersionsTopic(v.Topic), v, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, r)
-	}
-	kafkatest.Produce(t, brokers, recs...)
+	produceVersions(t, brokers, more, t0)
 	top, err = readTopology(context.Background(), nil, &kafka.Connection{Brokers: brokers}, readers, now)
 	if err != nil {
 		t.Fatal(err)
@@ -135,4 +115,21 @@ func TestTopologyConsistentFreshness(t *testing.T) {
 			t.Fatalf("after a's 5 and b's 4: table %s at consistent version %v, freshness %v", tt.Table, tt.ConsistentVersion, tt.ConsistentFreshnessSeconds)
 		}
 	}
+}
+
+// produceVersions writes vs, committed at t0, to their tables' versions
+// topics.
+func produceVersions(t *testing.T, brokers []string, vs []changelogfmt.Version, t0 time.Time) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i := range vs {
+		v := &vs[i]
+		v.Format, v.TableID, v.CommitTime = changelogfmt.VersionFormat, v.Table+"-id", t0
+		r, err := changelogfmt.VersionRecord(changelogfmt.VersionsTopic(v.Topic), v, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	kafkatest.Produce(t, brokers, recs...)
 }

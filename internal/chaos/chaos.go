@@ -375,3 +375,38 @@ func (s *stalling[T]) stall() error {
 		}
 	}
 }
+
+// The frame of an exactly-once oracle test under faults, shared by the
+// operators' tests: a nil *Faults gives the same job without faults.
+
+// JobOptions are the options of such a test's job: batches of 256,
+// watermarks every millisecond, checkpoints every 5 ms, and restarts at
+// once (up to 1000), with f's state backends over memory.
+func JobOptions(name, dir string, f *Faults) runtime.Options {
+	opts := runtime.Options{Name: name, DataDir: dir, BatchSize: 256, WatermarkInterval: time.Millisecond,
+		Checkpoint: runtime.CheckpointOptions{Interval: 5 * time.Millisecond},
+		Restart:    runtime.RestartOptions{MaxAttempts: 1000, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
+	if f != nil {
+		opts.StateBackend = Backends(state.NewMemoryFactory(), f)
+	}
+	return opts
+}
+
+// Source adds src to j at parallelism par; with f, each subtask reads at
+// most perCheckpoint records between barriers (PerCheckpoint) and an
+// Operator after it fails by f's schedule.
+func Source[T any](j *runtime.Job, name string, src func() runtime.Source[T], par, perCheckpoint int, f *Faults) runtime.Stream[T] {
+	if f == nil {
+		return runtime.FromSource(j, name, src, runtime.WithParallelism(par))
+	}
+	s := runtime.FromSource(j, name, PerCheckpoint(src, perCheckpoint), runtime.WithParallelism(par))
+	return Operator(s, "chaos", f)
+}
+
+// Sinks wraps each sink the factory makes with Sink (f nil: the factory).
+func Sinks[T any](sink func() runtime.Sink[T], f *Faults) func() runtime.Sink[T] {
+	if f == nil {
+		return sink
+	}
+	return func() runtime.Sink[T] { return Sink(sink(), f) }
+}

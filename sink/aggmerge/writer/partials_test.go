@@ -45,16 +45,7 @@ func TestWriterPartials(t *testing.T) {
 				w := want[k]
 				want[k] = [3]int64{w[0] + v, w[1] + int64(seq%5+1), max(w[2], v)}
 			}
-			got := map[int64][3]int64{}
-			if err := tbl.Scan(func(r aggmerge.Row) error {
-				got[r.Key[0].Int()] = [3]int64{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int()}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("table (total, n, top per key):\n got %v\nwant %v", got, want)
-			}
+			wantTriples(t, tbl, want)
 		})
 	}
 }
@@ -109,16 +100,7 @@ func TestWriterClears(t *testing.T) {
 				w := want[k]
 				want[k] = [3]int64{w[0] + v, w[1] + 1, max(w[2], v)}
 			}
-			got := map[int64][3]int64{}
-			if err := tbl.Scan(func(r aggmerge.Row) error {
-				got[r.Key[0].Int()] = [3]int64{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int()}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("table (total, n, top per key):\n got %v\nwant %v", got, want)
-			}
+			wantTriples(t, tbl, want)
 			if len(want) == 0 || len(want) > keys/2 {
 				t.Fatalf("%d keys left of %d: the case proves little", len(want), keys)
 			}
@@ -157,5 +139,21 @@ func TestWriterClearNeedsClears(t *testing.T) {
 	}
 	if err := j.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "Clears") {
 		t.Fatalf("run: %v, want the clear refused", err)
+	}
+}
+
+// wantTriples fails unless tbl holds exactly want: per int64 key its total,
+// n and top.
+func wantTriples(t *testing.T, tbl *aggmerge.Table, want map[int64][3]int64) {
+	t.Helper()
+	got := map[int64][3]int64{}
+	if err := tbl.Scan(func(r aggmerge.Row) error {
+		got[r.Key[0].Int()] = [3]int64{r.Values[0].Int(), r.Values[1].Int(), r.Values[2].Int()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table (total, n, top per key):\n got %v\nwant %v", got, want)
 	}
 }
