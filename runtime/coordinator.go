@@ -127,7 +127,7 @@ func (c *coordinator) sourceFinished(t *task) { c.finished <- t }
 // the coordinator goroutine starts.
 func (c *coordinator) start() {
 	_, gates := c.cuts.count()
-	c.step(coordEvent{kind: coordStart, gated: gates > 0})
+	c.step(coordEvent{kind: coordStart, gated: gates > 0, eager: c.cuts.eager.Load()})
 }
 
 // run is the coordinator goroutine. It returns when ctx is done.

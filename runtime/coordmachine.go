@@ -55,6 +55,7 @@ type coordEvent struct {
 	cause abortCause           // decline (causeDeclined if empty)
 	size  int64                // persisted: bytes of the metadata file
 	gated bool                 // start: the sources have cut gates
+	eager bool                 // start: one of the gates is eager
 }
 
 // abortCause classifies why a checkpoint was aborted: the reason label of
@@ -186,8 +187,9 @@ type coordMachine struct {
 	finalStarted bool
 	active       int // sources still reading
 	// gated: the sources have cut gates; atCut: they are all open (no
-	// checkpoint was triggered since coordAtCut).
-	gated, atCut bool
+	// checkpoint was triggered since coordAtCut); eager: the cuts are due
+	// at once, and a final checkpoint does not wait for one.
+	gated, atCut, eager bool
 }
 
 func newCoordMachine(cfg coordConfig) *coordMachine {
@@ -205,12 +207,20 @@ func (m *coordMachine) wake() (time.Time, bool) {
 
 // nextPeriodic returns when the next periodic checkpoint is due: never
 // while gated sources are not at a cut (coordAtCut tells when they are),
-// nor once the final one is wanted (it goes first).
+// nor once the final one is wanted (it goes first). With eager gates a cut
+// is due at once (after MinPause), whatever the interval.
 func (m *coordMachine) nextPeriodic() (time.Time, bool) {
-	if m.cfg.checkpoint.Interval <= 0 || m.pending != nil || m.finalWanted || !m.cutReady() {
+	if m.pending != nil || m.finalWanted || (m.gated && !m.atCut) {
 		return time.Time{}, false
 	}
-	at := m.lastTrigger.Add(m.cfg.checkpoint.Interval)
+	var at time.Time
+	switch {
+	case m.eager:
+	case m.cfg.checkpoint.Interval <= 0:
+		return time.Time{}, false
+	default:
+		at = m.lastTrigger.Add(m.cfg.checkpoint.Interval)
+	}
 	if p := m.lastEnd.Add(m.cfg.checkpoint.MinPause); p.After(at) {
 		at = p
 	}
@@ -222,7 +232,7 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 	var acts []coordAction
 	switch ev.kind {
 	case coordStart:
-		m.gated = ev.gated
+		m.gated, m.eager = ev.gated, ev.eager
 		if m.cfg.initial {
 			acts = m.trigger(acts, ev.now, false)
 		}
@@ -291,8 +301,9 @@ func (m *coordMachine) step(ev coordEvent) []coordAction {
 	return acts
 }
 
-// cutReady reports whether a checkpoint may cut the sources' input now.
-func (m *coordMachine) cutReady() bool { return !m.gated || m.atCut }
+// cutReady reports whether the final checkpoint may cut the sources' input
+// now: eager gates do not hold it.
+func (m *coordMachine) cutReady() bool { return !m.gated || m.atCut || m.eager }
 
 func (m *coordMachine) isPending(id barrier.CheckpointID) bool {
 	return m.pending != nil && m.pending.barrier.ID == id

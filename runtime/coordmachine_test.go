@@ -15,7 +15,7 @@ import (
 // TestCoordMachine runs the scripts in testdata/coordinator. Commands:
 //
 //	new tasks=<n> sources=<n> [next=<id>] [initial] [interval=<d>] [min-pause=<d>] [timeout=<d>]
-//	start [gated]                  the attempt begins (gated: its sources have cut gates)
+//	start [gated] [eager]          the attempt begins (gated: its sources have cut gates; eager: one is eager)
 //	at-cut                         every cut gate opened
 //	tick                           a timer fired
 //	ack task=<i> id=<n> [bytes=<b>] task i (operator t<i>, one subtask) acks
@@ -73,7 +73,7 @@ func TestCoordMachine(t *testing.T) {
 			case "state":
 				return formatCoordState(m, base)
 			case "start":
-				ev.kind, ev.gated = coordStart, d.HasArg("gated")
+				ev.kind, ev.gated, ev.eager = coordStart, d.HasArg("gated"), d.HasArg("eager")
 			case "at-cut":
 				ev.kind = coordAtCut
 			case "tick":

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // CutGate lets a source subtask decide where the job's checkpoints cut its
@@ -46,10 +47,19 @@ func (c *Context) CutGate() (*CutGate, error) {
 // between the trigger of a checkpoint and the source's Snapshot of it.
 func (g *CutGate) Open() { g.set.open(g.i) }
 
+// Eager makes the job's checkpoints follow the cuts rather than the
+// interval: once every gate is open, the checkpoint is triggered at once
+// (CheckpointOptions.Interval does not apply; MinPause does), and the
+// final checkpoint of a stop does not wait for the gates. A source whose
+// gate is eager must be able to snapshot anywhere: a stop cuts its input
+// between two of its cuts. Call it in Open, with CutGate.
+func (g *CutGate) Eager() { g.set.eager.Store(true) }
+
 // cutGates are the gates of an attempt's sources; the coordinator hears on
 // ready when the last one opens.
 type cutGates struct {
 	ready chan struct{}
+	eager atomic.Bool // a gate is eager (CutGate.Eager)
 	mu    struct {
 		sync.Mutex
 		open  []bool

@@ -98,6 +98,11 @@ func (ss *Splits) Current(now time.Time) (wm int64, idle bool) {
 	return low, false
 }
 
+// Of returns the watermark of split s and whether it was idle at the last
+// Current: what a source that cuts its input on event-time boundaries
+// decides from, per split.
+func (ss *Splits) Of(s *Split) (wm int64, idle bool) { return ss.watermarkOf(s), s.idle }
+
 func (ss *Splits) watermarkOf(s *Split) int64 {
 	if s.max == Min {
 		return Min
