@@ -79,6 +79,11 @@ type Config struct {
 	// earliest start, read_committed, an unbounded source, and every
 	// partition (no Partitions).
 	Align Boundaries
+	// Cuts, if set, makes the source cut the job's checkpoints on
+	// event-time boundaries (see Cuts): the checkpoint of boundary t holds
+	// exactly the records with an event time at or before t. Needs
+	// EventTime, an unbounded source, no Align; the job's only source.
+	Cuts *Cuts
 }
 
 // ErrorPolicy says what happens to a record that cannot be decoded.
@@ -270,6 +275,16 @@ func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
 	if cfg.EventTime != nil {
 		if err := cfg.EventTime.validate(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if cfg.Cuts != nil {
+		switch {
+		case cfg.EventTime == nil:
+			errs = append(errs, errors.New("cuts on event-time boundaries need EventTime"))
+		case cfg.Bounded:
+			errs = append(errs, errors.New("cuts: a bounded source ends event time, not at a boundary"))
+		case cfg.Align != nil:
+			errs = append(errs, errors.New("cuts and align both choose where checkpoints cut: not both"))
 		}
 	}
 	if cfg.SASL != nil {

@@ -54,5 +54,9 @@ func (r *reader[T]) Watermark(now time.Time) (int64, bool) {
 	if r.wms == nil {
 		return watermark.Min, false
 	}
-	return r.wms.Current(now)
+	wm, idle := r.wms.Current(now)
+	if r.ct != nil {
+		return r.cutWatermark(wm, idle)
+	}
+	return wm, idle
 }

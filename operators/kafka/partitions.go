@@ -50,6 +50,15 @@ type partState struct {
 	hold      int64
 	held      []*kgo.Record
 	heldSince time.Time
+	// With Cuts: the offset past the last record taken (next is the first
+	// held back, or read), the records taken with an event time past the
+	// round's boundary (held back until the cut), the stretches handed out
+	// before the restored checkpoint, and whether fetching is paused
+	// (the partition passed the boundary).
+	read   int64
+	ahead  []*kgo.Record
+	skips  []cutSkip
+	paused bool
 }
 
 // noStop is the stop offset of a partition of an unbounded source.
@@ -69,7 +78,16 @@ const (
 	itemBounded   = 2
 	itemStop      = 3
 	itemEventTime = 4
+	// With Cuts: itemRound (one per subtask, no topic) holds the round's
+	// boundary and whether the subtask was at it; an itemSkip per
+	// partition and stretch says that the records below an offset with an
+	// event time at or before a boundary were handed out (the others,
+	// held back past the boundary, were not).
+	itemRound     = 5
+	itemSkip      = 6
 	itemFixedSize = 12 // partition and offset after the topic name
+	itemSkipSize  = 20 // partition, offset and boundary
+	itemRoundSize = 10 // kind, boundary, at the cut
 )
 
 // restoredOffsets is what a restored union list holds.
@@ -79,19 +97,28 @@ type restoredOffsets struct {
 	next    map[topicPartition]int64
 	stops   map[topicPartition]int64
 	times   map[topicPartition]int64 // largest event time read
+	// With Cuts: the round (round 0: none recorded) and the stretches
+	// handed out per partition.
+	round  cutRound
+	rounds int // subtasks that recorded one
+	skips  map[topicPartition][]cutSkip
 }
 
-func appendItem(items [][]byte, kind byte, tp topicPartition, off int64) [][]byte {
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(tp.topic)+itemFixedSize)
+func appendItem(items [][]byte, kind byte, tp topicPartition, vals ...int64) [][]byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(tp.topic)+4+8*len(vals))
 	b = append(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(tp.topic)))
 	b = append(b, tp.topic...)
 	b = binary.BigEndian.AppendUint32(b, uint32(tp.partition))
-	b = binary.BigEndian.AppendUint64(b, uint64(off))
+	for _, v := range vals {
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
+	}
 	return append(items, b)
 }
 
-func encodeOffsets(parts map[topicPartition]*partState, bounded, eventTime bool) [][]byte {
+// encodeOffsets writes a subtask's union items; cut is its round with
+// Cuts (nil: none).
+func encodeOffsets(parts map[topicPartition]*partState, bounded, eventTime bool, cut *cutRound) [][]byte {
 	sorted := make([]*partState, 0, len(parts))
 	for _, ps := range parts {
 		sorted = append(sorted, ps)
@@ -112,6 +139,19 @@ func encodeOffsets(parts map[topicPartition]*partState, bounded, eventTime bool)
 		if eventTime && ps.wm != nil {
 			items = appendItem(items, itemEventTime, ps.tp, ps.wm.Max())
 		}
+		if cut != nil {
+			for _, sk := range ps.skipsAt(cut.boundary) {
+				items = appendItem(items, itemSkip, ps.tp, sk.below, sk.boundary)
+			}
+		}
+	}
+	if cut != nil {
+		b := binary.BigEndian.AppendUint64([]byte{itemRound}, uint64(cut.boundary))
+		at := byte(0)
+		if cut.atCut {
+			at = 1
+		}
+		items = append(items, append(b, at))
 	}
 	return items
 }
@@ -128,17 +168,43 @@ func decodeOffsets(items [][]byte) (restoredOffsets, error) {
 			r.bounded = true
 			continue
 		}
-		if len(it) == 0 || it[0] != itemOffset && it[0] != itemStop && it[0] != itemEventTime {
+		if len(it) > 0 && it[0] == itemRound {
+			if len(it) != itemRoundSize || it[9] > 1 {
+				return restoredOffsets{}, fmt.Errorf("restore kafka offsets: bad round item: %w", state.ErrCorrupt)
+			}
+			// The checkpoint is a cut if every subtask was at it (a stop
+			// may find some there and others not); a subtask that read
+			// nothing has no boundary yet.
+			b, at := int64(binary.BigEndian.Uint64(it[1:])), it[9] == 1
+			if b != 0 && r.round.boundary != 0 && b != r.round.boundary {
+				return restoredOffsets{}, fmt.Errorf("restore kafka offsets: subtasks at boundaries %d and %d: %w", r.round.boundary, b, state.ErrCorrupt)
+			}
+			r.round = cutRound{boundary: max(b, r.round.boundary), atCut: at && (r.rounds == 0 || r.round.atCut)}
+			r.rounds++
+			continue
+		}
+		if len(it) == 0 || it[0] != itemOffset && it[0] != itemStop && it[0] != itemEventTime && it[0] != itemSkip {
 			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: unknown item: %w", state.ErrCorrupt)
+		}
+		size := uint64(itemFixedSize)
+		if it[0] == itemSkip {
+			size = itemSkipSize
 		}
 		n, w := binary.Uvarint(it[1:])
 		rest := it[1:]
-		if w <= 0 || uint64(len(rest)-w) != n+itemFixedSize {
+		if w <= 0 || uint64(len(rest)-w) != n+size {
 			return restoredOffsets{}, fmt.Errorf("restore kafka offsets: bad item length: %w", state.ErrCorrupt)
 		}
 		rest = rest[w:]
 		tp := topicPartition{topic: string(rest[:n]), partition: int32(binary.BigEndian.Uint32(rest[n:]))}
 		off := int64(binary.BigEndian.Uint64(rest[n+4:]))
+		if it[0] == itemSkip {
+			if r.skips == nil {
+				r.skips = map[topicPartition][]cutSkip{}
+			}
+			r.skips[tp] = append(r.skips[tp], cutSkip{below: off, boundary: int64(binary.BigEndian.Uint64(rest[n+12:]))})
+			continue
+		}
 		into, what := r.next, "offset"
 		switch it[0] {
 		case itemStop:

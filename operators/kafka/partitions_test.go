@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +46,9 @@ func TestOffsetsRoundTrip(t *testing.T) {
 		for tp, ps := range parts {
 			ps.stop = int64(len(tp.topic)) + 1<<41
 		}
-		items := encodeOffsets(parts, bounded, false)
+		items := encodeOffsets(parts, bounded, false, nil)
 		// A union list concatenates every subtask's items, markers included.
-		items = append(items, encodeOffsets(map[topicPartition]*partState{}, bounded, false)...)
+		items = append(items, encodeOffsets(map[topicPartition]*partState{}, bounded, false, nil)...)
 		got, err := decodeOffsets(items)
 		if err != nil || !got.ok || got.bounded != bounded {
 			t.Fatalf("bounded %v: decode: %+v %v", bounded, got, err)
@@ -77,8 +78,8 @@ func TestOffsetsRoundTrip(t *testing.T) {
 }
 
 func TestOffsetsCorrupt(t *testing.T) {
-	good := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 5, stop: 7}}, true, false)
-	other := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 6, stop: 8}}, true, false)
+	good := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 5, stop: 7}}, true, false, nil)
+	other := encodeOffsets(map[topicPartition]*partState{{"a", 1}: {tp: topicPartition{"a", 1}, next: 6, stop: 8}}, true, false, nil)
 	for name, items := range map[string][][]byte{
 		"unknown kind":   {{9, 1, 2}},
 		"empty item":     {{}},
@@ -144,5 +145,64 @@ func TestParse(t *testing.T) {
 	}
 	if _, err := ParseErrorPolicy("ignore"); err == nil {
 		t.Error("ParseErrorPolicy(ignore) accepted")
+	}
+}
+
+// TestCutsRoundTrip: with Cuts a checkpoint holds each subtask's round and
+// the stretches a partition handed out; it is a cut only if every subtask
+// was at it (a stop may find one there and the other not), and a subtask
+// that read nothing (no boundary yet) does not disagree.
+func TestCutsRoundTrip(t *testing.T) {
+	const b = int64(7 * time.Second)
+	a0 := &partState{tp: topicPartition{"a", 0}, next: 10, read: 25, skips: []cutSkip{{below: 40, boundary: b - int64(time.Second)}}}
+	a1 := &partState{tp: topicPartition{"a", 1}, next: 3, read: 3}
+	at := encodeOffsets(map[topicPartition]*partState{a0.tp: a0}, false, true, &cutRound{boundary: b, atCut: true})
+	for name, c := range map[string]struct {
+		other *cutRound
+		want  cutRound
+	}{
+		"both at the cut": {&cutRound{boundary: b, atCut: true}, cutRound{boundary: b, atCut: true}},
+		"one at the cut":  {&cutRound{boundary: b}, cutRound{boundary: b}},
+		"one read none":   {&cutRound{}, cutRound{boundary: b}},
+	} {
+		items := append(slices.Clone(at), encodeOffsets(map[topicPartition]*partState{a1.tp: a1}, false, true, c.other)...)
+		got, err := decodeOffsets(items)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got.round != c.want {
+			t.Errorf("%s: round %+v, want %+v", name, got.round, c.want)
+		}
+		want := []cutSkip{{below: 40, boundary: b - int64(time.Second)}, {below: 25, boundary: b}}
+		if !slices.Equal(got.skips[a0.tp], want) || len(got.skips[a1.tp]) != 0 || got.next[a0.tp] != 10 {
+			t.Errorf("%s: skips %+v, next %v; want %+v for a/0 at 10, none for a/1", name, got.skips, got.next, want)
+		}
+	}
+	other := encodeOffsets(nil, false, true, &cutRound{boundary: b + int64(time.Second)})
+	if _, err := decodeOffsets(append(slices.Clone(at), other...)); !errors.Is(err, state.ErrCorrupt) {
+		t.Errorf("subtasks at two boundaries: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestCutSkips: a record handed out before the restored checkpoint is one
+// below a stretch and at or before its boundary; the stretches are
+// forgotten once read past.
+func TestCutSkips(t *testing.T) {
+	ps := &partState{next: 10, read: 10, skips: []cutSkip{{below: 20, boundary: 100}, {below: 30, boundary: 50}}}
+	for _, c := range []struct {
+		off, ts int64
+		want    bool
+	}{{12, 100, true}, {12, 101, false}, {25, 50, true}, {25, 60, false}, {30, 1, false}} {
+		if got := ps.skipped(c.off, c.ts); got != c.want {
+			t.Errorf("skipped(%d, %d) = %v, want %v", c.off, c.ts, got, c.want)
+		}
+	}
+	ps.took(22)
+	if !ps.replaying() || len(ps.skips) != 1 || ps.next != 23 {
+		t.Fatalf("after offset 22: skips %+v, next %d", ps.skips, ps.next)
+	}
+	ps.took(29)
+	if ps.replaying() || len(ps.skips) != 0 {
+		t.Fatalf("after offset 29: skips %+v", ps.skips)
 	}
 }

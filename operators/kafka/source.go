@@ -132,6 +132,11 @@ type reader[T any] struct {
 	times map[topicPartition]int64 // restored: each partition's largest event time
 	al    *aligner                 // with Align
 	floor map[topicPartition]int64 // with Align: every partition's restored offset
+	ct    *cutter                  // with Cuts
+	// restored with Cuts: the round, and per partition the stretches
+	// handed out.
+	round cutRound
+	skips map[topicPartition][]cutSkip
 
 	disc   *discoverer
 	commit *committer
@@ -200,6 +205,11 @@ func (r *reader[T]) Open(ctx *runtime.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if cfg.Cuts != nil {
+		if r.ct, err = newCutter(ctx, cfg.Cuts, r.round); err != nil {
+			return fmt.Errorf("kafka source: cuts: %w", err)
+		}
+	}
 	if r.al != nil {
 		r.src.rounds.begin(ctx.Attempt, r.floor)
 	}
@@ -263,6 +273,7 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 		}
 		r.times = all.times
 		r.floor = all.next
+		r.round, r.skips = all.round, all.skips
 		if all.ok {
 			if cfg.Positions != nil {
 				cfg.Positions.restored(ctx.Restored, all.next)
@@ -333,7 +344,7 @@ func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPa
 // addPart starts tracking a partition and, unless it is done (a bounded
 // partition at its stop), adds it to from, the offsets to give the client.
 func (r *reader[T]) addPart(tp topicPartition, next, stop int64, from map[string]map[int32]kgo.Offset) {
-	ps := &partState{tp: tp, next: next, stop: stop, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
+	ps := &partState{tp: tp, next: next, read: next, skips: r.skips[tp], stop: stop, lag: r.m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))}
 	r.parts[tp] = ps
 	if r.al != nil {
 		ps.hold = holdOf(r.al.target, ps)
@@ -364,6 +375,10 @@ func (r *reader[T]) addPart(tp topicPartition, next, stop int64, from map[string
 }
 
 func (r *reader[T]) Read(buf []T) ([]T, error) {
+	if r.ct != nil && r.ct.open {
+		r.cutWait()
+		return buf, nil
+	}
 	r.addDiscovered()
 	if r.al != nil {
 		if err := r.alignStep(); err != nil {
@@ -412,32 +427,44 @@ func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, erro
 	// The largest event time taken goes to the partition's tracker once,
 	// not per record.
 	top, timed := watermark.Min, false
+	ps := pp.ps
 	for n < len(recs) && len(buf) < cap(buf) {
 		rec := recs[n]
 		v, derr := r.decode(rec)
-		if derr == nil && pp.ps.wm != nil {
-			var ts int64
+		var ts int64
+		if derr == nil && ps.wm != nil {
 			if ts, derr = r.src.timeOf(rec, v); derr == nil {
 				top, timed = max(top, ts), true
 			} else {
 				derr = fmt.Errorf("event time: %w", derr)
 			}
 		}
-		if derr != nil {
-			if err = r.undecodable(rec, derr); err != nil {
-				break
-			}
-		} else {
+		switch {
+		case derr != nil && r.ct != nil && ps.replayed(rec.Offset):
+			// Dealt with before the restored checkpoint.
+		case derr != nil:
+			err = r.undecodable(rec, derr)
+		case r.ct != nil:
+			buf = r.cutRecord(ps, rec, v, ts, buf)
+		default:
 			buf = append(buf, v)
+		}
+		if err != nil {
+			break
 		}
 		*nbytes += len(rec.Key) + len(rec.Value)
 		n++
+		if r.ct != nil {
+			ps.took(rec.Offset)
+		}
 	}
 	if timed {
-		pp.ps.wm.Observe(top)
+		ps.wm.Observe(top)
 	}
 	if n > 0 {
-		pp.ps.next = recs[n-1].Offset + 1
+		if r.ct == nil {
+			ps.next = recs[n-1].Offset + 1
+		}
 		*nrec += n
 	}
 	pp.recs = recs[n:]
@@ -611,9 +638,16 @@ func (r *reader[T]) Snapshot(id barrier.CheckpointID) (state.OperatorState, erro
 	if p := r.src.cfg.Positions; p != nil {
 		p.snapshot(id, r.parts)
 	}
-	st := state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded, r.wms != nil)}}
+	var round *cutRound
+	if r.ct != nil {
+		round = &cutRound{boundary: r.ct.boundary, atCut: r.ct.open}
+	}
+	st := state.OperatorState{Unions: map[string][][]byte{offsetsUnion: encodeOffsets(r.parts, r.src.cfg.Bounded, r.wms != nil, round)}}
 	if r.al != nil {
 		r.al.snapshot(id)
+	}
+	if r.ct != nil {
+		r.cutSnapshot(id)
 	}
 	return st, nil
 }
