@@ -67,6 +67,7 @@ func TestIssueExample(t *testing.T) {
 			Changelog: &Changelog{Connection: Connection{ClientID: "ebbflow"}, Topic: "totals-changelog", Format: "upsert-json", Mode: "committed"},
 		}}},
 		Checkpoint: Checkpoint{Interval: Duration(time.Second), Timeout: Duration(time.Minute), Retain: 3, Mode: "exactly_once"},
+		Versions:   Versions{By: "checkpoint"},
 		Restart:    Restart{MaxAttempts: 10, InitialBackoff: Duration(100 * time.Millisecond), MaxBackoff: Duration(30 * time.Second)},
 		DataDir:    "./data", HTTP: HTTP{Address: "127.0.0.1:8081"},
 		Logging:         Logging{Level: "info", Format: "text"},

@@ -17,6 +17,7 @@ type Spec struct {
 	KeyBy           []string    `yaml:"key_by" doc:"the fields records are partitioned by; when given it must equal the primary_key of every table sink"`
 	Sinks           []Sink      `yaml:"sink" required:"true" form:"one" doc:"one sink, or a list of sinks that all receive every record"`
 	Checkpoint      Checkpoint  `yaml:"checkpoint" doc:"periodic aligned checkpoints"`
+	Versions        Versions    `yaml:"versions" doc:"where the versions of the tables the job writes are cut (docs/CONSISTENCY.md)"`
 	Restart         Restart     `yaml:"restart" doc:"in-process restarts after a failure, each from the latest checkpoint"`
 	DataDir         string      `yaml:"data_dir" default:"./data" doc:"holds tables, checkpoints and state; --data-dir overrides it"`
 	HTTP            HTTP        `yaml:"http" doc:"the HTTP server: API, dashboard, /metrics, /livez, /readyz"`
@@ -262,6 +263,12 @@ type Checkpoint struct {
 	// backpressured job (no checkpoint would complete, and exactly-once
 	// sinks commit only at completed ones), only for a stalled input.
 	AlignmentTimeout Duration `yaml:"alignment_timeout" default:"0s" doc:"a checkpoint whose barrier a subtask has waited for on some inputs this long, since the first reached it, is aborted naming the slow inputs, and the next is tried; 0s: off (wait up to timeout); exactly_once only, shorter than timeout (docs/RUNTIME.md#alignment-timeout)"`
+}
+
+// Versions says where the job cuts the versions of the tables it writes.
+type Versions struct {
+	By    VersionsBy `yaml:"by" default:"checkpoint" doc:"checkpoint: a version at every completed checkpoint; event_time: a version at every multiple of every in event time, holding exactly the input with an event time at or before it (the timestamp barrier, docs/CONSISTENCY.md#timestamp-barriers): the job's checkpoints are taken at those boundaries, as soon as the watermark passes one, not by checkpoint.interval; needs one kafka source with event_time, not a changelog, not bounded, and a table with a changelog in mode committed"`
+	Every Duration   `yaml:"every" doc:"with by: event_time, the distance between two boundaries, which are its multiples since the Unix epoch: at least 1ms, whole milliseconds"`
 }
 
 // Restart configures in-process restarts.

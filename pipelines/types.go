@@ -159,6 +159,8 @@ type (
 	LatePolicy string
 	// Align says where a changelog source's checkpoints are cut.
 	Align string
+	// VersionsBy says where a job's versions are cut.
+	VersionsBy string
 )
 
 // Changelog reports whether the format decodes changelog records (+I, -U,
@@ -199,6 +201,9 @@ const (
 	LateUpdate     LatePolicy = "update"
 	AlignNone      Align      = "none"
 	AlignVersions  Align      = "versions"
+
+	VersionsByCheckpoint VersionsBy = "checkpoint"
+	VersionsByEventTime  VersionsBy = "event_time"
 )
 
 func (Format) enumValues() []string {
@@ -218,3 +223,4 @@ func (LogFormat) enumValues() []string       { return []string{"text", "json"} }
 func (EmitMode) enumValues() []string        { return []string{"updates", "final"} }
 func (LatePolicy) enumValues() []string      { return []string{"drop", "dead_letter", "update"} }
 func (Align) enumValues() []string           { return []string{"none", "versions"} }
+func (VersionsBy) enumValues() []string      { return []string{"checkpoint", "event_time"} }

@@ -127,6 +127,7 @@ func (v *validator) validate() *Pipeline {
 	v.fieldList("key_by", s.KeyBy, cur)
 	v.sinks()
 	v.scale()
+	v.versions()
 	return v.p
 }
 

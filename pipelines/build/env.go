@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 	"github.com/ebbflow/ebbflow/pipelines"
@@ -79,6 +80,7 @@ func NewEnv(opts Options) *Env {
 	}
 	e := &Env{opts: opts, log: opts.Logger, tables: map[string]*aggmerge.Table{}}
 	e.ups.mu.byJob = map[string]map[string]*export.Upstream{}
+	e.ups.mu.cuts = map[string]*kafka.Cuts{}
 	e.broker = sync.OnceValues(func() (*embedded.Broker, error) {
 		b, err := embedded.Start(embedded.Options{Port: opts.EmbeddedPort, DataDir: KafkaDir(opts.DataDir), Logger: opts.Logger})
 		if err != nil {
@@ -406,7 +408,15 @@ type upstreams struct {
 		other map[string]bool                        // job → it has other sources
 		topic map[string][]string                    // job → its other sources' Kafka topics
 		byJob map[string]map[string]*export.Upstream // job → source → tracker
+		cuts  map[string]*kafka.Cuts                 // job → its source's cuts (versions by event_time)
 	}
+}
+
+// addCuts records the cuts of job's source (versions by event_time).
+func (e *Env) addCuts(job string, c *kafka.Cuts) {
+	e.ups.mu.Lock()
+	defer e.ups.mu.Unlock()
+	e.ups.mu.cuts[job] = c
 }
 
 // addUpstream records the upstream tracker of a changelog source of job,
@@ -431,11 +441,19 @@ func (e *Env) upstream(ctx context.Context, job string, checkpoint uint64) (expo
 	e.ups.mu.Lock()
 	srcs := slices.Collect(maps.Values(e.ups.mu.byJob[job]))
 	want, other, topics := e.ups.mu.want[job], e.ups.mu.other[job], e.ups.mu.topic[job]
+	cuts := e.ups.mu.cuts[job]
 	e.ups.mu.Unlock()
 	if len(srcs) < want {
 		return export.Inputs{}, false, nil
 	}
 	out := export.Inputs{Changelogs: want > 0, Others: other, Sources: topics, UpstreamEventTimeMs: math.MaxInt64}
+	if cuts != nil {
+		ms, ok := cuts.At(barrier.CheckpointID(checkpoint))
+		if !ok {
+			return export.Inputs{}, false, nil
+		}
+		out.Cuts, out.CutMs = true, ms
+	}
 	for _, u := range srcs {
 		in, ok, err := u.Consumed(ctx, checkpoint)
 		if err != nil || !ok {

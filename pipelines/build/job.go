@@ -266,6 +266,14 @@ func (e *Env) kafkaRows(j *Job, name string, k *pipelines.KafkaSource) (runtime.
 		}
 		opts = append(opts, kafka.Timestamp(func(_ *kgo.Record, v fromKafka) (int64, error) { return eventTimeOf(v.row[f.Slot], f.Name) }))
 	}
+	if vs := j.p.Spec.Versions; vs.By == pipelines.VersionsByEventTime {
+		// The checkpoints, and so the versions, are cut on event-time
+		// boundaries.
+		if cfg.Cuts, err = kafka.NewCuts(vs.Every.Std()); err != nil {
+			return runtime.Stream[fromKafka]{}, nil, err
+		}
+		e.addCuts(j.Name(), cfg.Cuts)
+	}
 	ks, err := kafka.NewSource(cfg, format, opts...)
 	if err != nil {
 		return runtime.Stream[fromKafka]{}, nil, err

@@ -50,6 +50,12 @@ type Inputs struct {
 	// Sources are those of them that are Kafka topics (Version.Sources).
 	Others  bool
 	Sources []string
+	// Cuts says that the job cuts its checkpoints on event-time
+	// boundaries (kafka.Cuts): only a checkpoint at a boundary is a
+	// version, and its event time is the boundary, CutMs (Unix
+	// milliseconds; 0: the checkpoint is no cut, as a stop's).
+	Cuts  bool
+	CutMs int64
 }
 
 // eventTimeMs is the event time a writer group's checkpoint covers: the
@@ -58,7 +64,11 @@ type Inputs struct {
 // one of those it needs is unknown. A watermark drawn from changelog
 // records (event_time on a changelog source) is their export time, not
 // their sources': it is not used for a job that reads only changelogs.
+// A job that cuts on event-time boundaries covers exactly its boundary.
 func (in *Inputs) eventTimeMs(writers int64) int64 {
+	if in.Cuts {
+		return in.CutMs
+	}
 	e := int64(math.MaxInt64)
 	if in.Others || !in.Changelogs {
 		e = min(e, writers)
@@ -225,6 +235,9 @@ func (x *Exporter) dueVersion(ctx context.Context, cs []*cursor, ends []uint64, 
 		in, ok, err := x.inputs(ctx, w)
 		if err != nil || !ok {
 			return nil, err
+		}
+		if in.Cuts && in.CutMs <= 0 {
+			return nil, nil // between two boundaries: no version
 		}
 		v.Upstream = append(v.Upstream, in.Upstream...)
 		v.Sources = append(v.Sources, in.Sources...)
