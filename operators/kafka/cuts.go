@@ -308,11 +308,9 @@ func (r *reader[T]) cutWatermark(wm int64, idle bool) (int64, bool) {
 	if len(pause) > 0 {
 		r.cl.PauseFetchPartitions(pause)
 	}
-	if rep.ready && ct.cuts.report(r.subtask, ct.parallelism, rep) {
+	if passed := ct.cuts.report(r.subtask, ct.parallelism, rep); passed && rep.ready {
 		ct.open = true
 		ct.gate.Open()
-	} else if !rep.ready {
-		ct.cuts.report(r.subtask, ct.parallelism, rep)
 	}
 	return wm, idle
 }
@@ -339,6 +337,7 @@ func (r *reader[T]) cutSnapshot(id barrier.CheckpointID) {
 	ct.open = false
 	ct.boundary += ct.cuts.every
 	resume := map[string][]int32{}
+	now := time.Now()
 	for _, ps := range r.parts {
 		if len(ps.ahead) > 0 {
 			// Taken again from the first held back: those between that
@@ -350,6 +349,7 @@ func (r *reader[T]) cutSnapshot(id barrier.CheckpointID) {
 		}
 		if ps.paused {
 			ps.paused = false
+			ps.wm.Resume(now)
 			resume[ps.tp.topic] = append(resume[ps.tp.topic], ps.tp.partition)
 		}
 	}

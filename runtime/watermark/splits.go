@@ -22,6 +22,11 @@ func (s *Split) Observe(ts int64) {
 	s.seen = true
 }
 
+// Resume counts the split as active from now (processing time): a source
+// that paused it, fetching nothing, restarts its idle timeout when it
+// fetches again, so that the pause does not make it idle.
+func (s *Split) Resume(now time.Time) { s.active, s.idle = now.UnixNano(), false }
+
 // Max returns the largest event time observed (or restored), Min if none:
 // what a source saves per split in its checkpoint.
 func (s *Split) Max() int64 { return s.max }

@@ -85,3 +85,31 @@ func TestTimeConversions(t *testing.T) {
 		t.Fatal("FromMillis")
 	}
 }
+
+// TestSplitResume: a split paused by its source goes idle like any other
+// (Of says so), and Resume restarts its idle timeout: it holds the
+// watermark back again until the timeout passes without a record.
+func TestSplitResume(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ss := NewSplits(0, 10*time.Second)
+	a, b := ss.Add(Min, t0), ss.Add(Min, t0)
+	a.Observe(100)
+	b.Observe(300)
+	ss.Current(t0)
+	if wm, idle := ss.Current(t0.Add(11 * time.Second)); wm != 299 || !idle {
+		t.Fatalf("both idle: %s idle=%v, want 299 idle", fmtW(wm), idle)
+	}
+	if wm, idle := ss.Of(a); wm != 99 || !idle {
+		t.Fatalf("Of(a) = %s idle=%v, want 99 idle", fmtW(wm), idle)
+	}
+	a.Resume(t0.Add(12 * time.Second))
+	for _, c := range []struct {
+		at   time.Duration
+		wm   int64
+		idle bool
+	}{{13 * time.Second, 99, false}, {22 * time.Second, 299, true}} {
+		if wm, idle := ss.Current(t0.Add(c.at)); wm != c.wm || idle != c.idle {
+			t.Fatalf("at %s: %s idle=%v, want %s idle=%v", c.at, fmtW(wm), idle, fmtW(c.wm), c.idle)
+		}
+	}
+}
