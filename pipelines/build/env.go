@@ -119,8 +119,10 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	var names []string
 	e.ups.mu.Lock()
 	e.ups.mu.want, e.ups.mu.other, e.ups.mu.topic = map[string]int{}, map[string]bool{}, map[string][]string{}
+	e.ups.mu.byTime = map[string]bool{}
 	for _, p := range ps {
 		job := p.Spec.Job.Name
+		e.ups.mu.byTime[job] = p.Spec.Versions.By == pipelines.VersionsByEventTime
 		for _, s := range p.Spec.Sources {
 			if s.Kafka != nil && s.Kafka.Format.Changelog() {
 				e.ups.mu.want[job]++
@@ -409,6 +411,9 @@ type upstreams struct {
 		topic map[string][]string                    // job → its other sources' Kafka topics
 		byJob map[string]map[string]*export.Upstream // job → source → tracker
 		cuts  map[string]*kafka.Cuts                 // job → its source's cuts (versions by event_time)
+		// byTime: job → its versions are cut by event time (it has cuts
+		// once built).
+		byTime map[string]bool
 	}
 }
 
@@ -441,9 +446,9 @@ func (e *Env) upstream(ctx context.Context, job string, checkpoint uint64) (expo
 	e.ups.mu.Lock()
 	srcs := slices.Collect(maps.Values(e.ups.mu.byJob[job]))
 	want, other, topics := e.ups.mu.want[job], e.ups.mu.other[job], e.ups.mu.topic[job]
-	cuts := e.ups.mu.cuts[job]
+	cuts, byTime := e.ups.mu.cuts[job], e.ups.mu.byTime[job]
 	e.ups.mu.Unlock()
-	if len(srcs) < want {
+	if len(srcs) < want || (byTime && cuts == nil) {
 		return export.Inputs{}, false, nil
 	}
 	out := export.Inputs{Changelogs: want > 0, Others: other, Sources: topics, UpstreamEventTimeMs: math.MaxInt64}
