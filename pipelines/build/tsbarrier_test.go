@@ -22,50 +22,21 @@ import (
 
 var tsSeed = flag.Uint64("ts-seed", 0, "seed of the timestamp-barrier tests (0: from the clock)")
 
-// tsJobs: A totals orders per user, with event time from the field at
-// (Unix ms, out of order within 2 s per partition), parallelism 2 over 2
-// partitions, its versions cut as %[5]s; B reads A's changelog aligned on
-// A's versions and totals the users per region.
-const tsJobs = `
-job: {name: users, parallelism: 2}
-source:
-  kafka:
-    brokers: [%[1]s]
-    topics: [%[2]s]
-    format: json
-    schema: {user: string, region: string, amount: int64, at: int64}
-    event_time: {field: at, max_out_of_orderness: 2s, idle_timeout: 300ms}
-sink:
-  table:
-    name: user_totals
-    primary_key: [user]
-    buckets: 4
-    columns:
-      region: {agg: last_value}
-      total: {agg: sum, from: amount}
-    changelog: {topic: %[3]s}
-checkpoint: {interval: 50ms}
-%[5]s
----
-job: {name: regions, parallelism: 2}
-source:
-  kafka:
-    brokers: [%[1]s]
-    topics: [%[3]s]
-    format: upsert-json
-    align: versions
-    schema: {user: string, region: string, total: int64}
-sink:
-  table:
-    name: region_totals
-    primary_key: [region]
-    buckets: 2
-    columns:
-      total: {agg: sum}
-      users: {agg: count}
-    changelog: {topic: %[4]s}
-checkpoint: {interval: 30ms}
-`
+// tsJobs is chainJobs with A at parallelism 2, with event time from the
+// field at (Unix ms; the input's 2 partitions out of order within 2 s),
+// its versions cut as %[5]s, and B reading A's changelog aligned on A's
+// versions.
+var tsJobs = func() string {
+	a, b, _ := strings.Cut(chainJobs, "---")
+	for old, new := range map[string]string{
+		"job: {name: users}": "job: {name: users, parallelism: 2}",
+		"schema: {user: string, region: string, amount: int64}": "schema: {user: string, region: string, amount: int64, at: int64}\n" +
+			"    event_time: {field: at, max_out_of_orderness: 2s, idle_timeout: 300ms}",
+	} {
+		a = strings.Replace(a, old, new, 1)
+	}
+	return a + "%[5]s\n---" + strings.Replace(b, "format: upsert-json\n", "format: upsert-json\n    align: versions\n", 1)
+}()
 
 // The versions of A in tsJobs: on event-time boundaries 1 s apart, or (the
 // bite) at every checkpoint.
