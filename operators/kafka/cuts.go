@@ -343,8 +343,8 @@ func (r *reader[T]) cutSnapshot(id barrier.CheckpointID) {
 			// Taken again from the first held back: those between that
 			// are at or before the old boundary were handed out.
 			ps.skips = append(ps.skips, cutSkip{below: ps.read, boundary: ct.boundary - ct.cuts.every})
+			r.pending = append(r.pending, pendingPart{ps: ps, recs: ps.ahead, read: ps.read})
 			ps.read = ps.ahead[0].Offset
-			r.pending = append(r.pending, pendingPart{ps: ps, recs: ps.ahead})
 			ps.ahead = nil
 		}
 		if ps.paused {

@@ -97,6 +97,10 @@ func (s *Source[T]) Healthy() (bool, string) {
 type pendingPart struct {
 	ps   *partState
 	recs []*kgo.Record
+	// read (with Cuts): held-back records taken again, after which the
+	// partition is back where it had read to (those between were handed
+	// out before).
+	read int64
 }
 
 // remembered are the offsets of a checkpoint awaiting completion.
@@ -399,6 +403,9 @@ func (r *reader[T]) Read(buf []T) ([]T, error) {
 		pp := &r.pending[r.head]
 		buf, err = r.take(pp, buf, &nrec, &nbytes)
 		if len(pp.recs) == 0 {
+			if pp.read > 0 {
+				pp.ps.took(pp.read - 1)
+			}
 			r.head++
 		}
 	}
