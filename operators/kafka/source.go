@@ -459,7 +459,10 @@ func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, erro
 		if err != nil {
 			break
 		}
-		*nbytes += len(rec.Key) + len(rec.Value)
+		if pp.read == 0 { // held-back records taken again were counted once
+			*nbytes += len(rec.Key) + len(rec.Value)
+			*nrec++
+		}
 		n++
 		if r.ct != nil {
 			ps.took(rec.Offset)
@@ -468,11 +471,8 @@ func (r *reader[T]) take(pp *pendingPart, buf []T, nrec, nbytes *int) ([]T, erro
 	if timed {
 		ps.wm.Observe(top)
 	}
-	if n > 0 {
-		if r.ct == nil {
-			ps.next = recs[n-1].Offset + 1
-		}
-		*nrec += n
+	if n > 0 && r.ct == nil {
+		ps.next = recs[n-1].Offset + 1
 	}
 	pp.recs = recs[n:]
 	return buf, err
