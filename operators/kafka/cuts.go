@@ -15,7 +15,7 @@ import (
 )
 
 // Cuts makes a source with event time cut the job's checkpoints on
-// event-time boundaries, the multiples of Every since the Unix epoch (the
+// event-time boundaries, the multiples of every (NewCuts) since the Unix epoch (the
 // timestamp barrier of docs/CONSISTENCY.md): the checkpoint of boundary t
 // holds exactly the records with an event time at or before t. Give one
 // Cuts to the Config of the job's one Kafka source; its subtasks share it.
@@ -28,7 +28,7 @@ import (
 // watermark t and open their cut gates (eager: the checkpoint is taken at
 // once, whatever the interval). At its snapshot there a subtask records
 // the cut (At), hands out the records held back that are at or before
-// t+Every, and reads on.
+// t+every, and reads on.
 //
 // A checkpoint holds, per partition, the offset of the first record not
 // handed out and the stretches of records after it that were (those at or
@@ -80,9 +80,6 @@ func NewCuts(every time.Duration) (*Cuts, error) {
 	c.mu.at = map[barrier.CheckpointID]int64{}
 	return c, nil
 }
-
-// Every is the distance between two boundaries.
-func (c *Cuts) Every() time.Duration { return time.Duration(c.every) }
 
 // At returns the boundary (Unix milliseconds) checkpoint id cut the input
 // at, 0 when it is not a cut (the initial checkpoint, a stop's); ok is
