@@ -23,6 +23,14 @@
 // 1M and 10M keys: -systems ebbflow -users 10000000), -profile DIR keeps a CPU
 // profile of every ebbflow run (go tool pprof -top DIR/ebbflow-0.pprof).
 //
+// -window 10m is the windowed variant: every system aggregates per user and
+// tumbling window of event time (the record's ts, Unix milliseconds), with
+// watermarks -disorder behind the largest ts (the generator moves ts back by
+// less than that, so no record is late), and the result is one row per
+// (user, window start), each written once when its window closes (ebbflow
+// emit: final, Flink's window operator) or read from the windowed store
+// (Kafka Streams).
+//
 // It needs Maven and Java 17 (the peers are built from flink/ and streams/
 // beside this file, dependencies from Maven Central). It is not part of CI.
 package main
@@ -82,12 +90,14 @@ type bench struct {
 	records     int
 	partitions  int
 	parallelism int
-	oracle      map[string]agg
-	root        string // repository root
-	work        string // scratch folder of this invocation
-	runner      string // the built runner binary
-	self        string // this program's binary (for the raw consume child)
-	profiles    string // where ebbflow runs write CPU profiles ("" none)
+	window      time.Duration  // tumbling event-time windows (0: one aggregate per user)
+	disorder    time.Duration  // with window: how far ts may lag the largest before it
+	oracle      map[string]agg // by resultKey
+	root        string         // repository root
+	work        string         // scratch folder of this invocation
+	runner      string         // the built runner binary
+	self        string         // this program's binary (for the raw consume child)
+	profiles    string         // where ebbflow runs write CPU profiles ("" none)
 }
 
 func main() {
@@ -101,6 +111,8 @@ func main() {
 		seed        = flag.Uint64("seed", uint64(time.Now().UnixNano()), "generator seed")
 		only        = flag.String("systems", "", "comma-separated systems to run (default all): "+strings.Join(systemNames(), ","))
 		profiles    = flag.String("profile", "", "write a CPU profile of every ebbflow run into this folder (<system>-<round>.pprof)")
+		window      = flag.Duration("window", 0, "aggregate per user and tumbling event-time window of this length on ts (whole milliseconds; 0: per user only)")
+		disorder    = flag.Duration("disorder", time.Second, "with -window: ts lags the largest before it by less than this (whole milliseconds), the watermarks' bound in every system")
 		consume     = flag.String("consume", "", "internal: consume this topic to its end offsets and exit (the raw franz-go child)")
 	)
 	flag.Parse()
@@ -111,7 +123,12 @@ func main() {
 		}
 		return
 	}
-	if err := run(strings.Split(*brokers, ","), *records, *users, *partitions, *parallelism, *rounds, *seed, *only, *profiles); err != nil {
+	if *window < 0 || *window%time.Millisecond != 0 || *disorder < 0 || *disorder%time.Millisecond != 0 {
+		fmt.Fprintln(os.Stderr, "peers: -window and -disorder are whole milliseconds, not negative")
+		os.Exit(2)
+	}
+	g := gen{records: *records, users: *users, seed: *seed, window: *window, disorder: *disorder}
+	if err := run(strings.Split(*brokers, ","), g, *partitions, *parallelism, *rounds, *only, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
 		os.Exit(1)
 	}
@@ -124,7 +141,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func run(brokers []string, records, users, partitions, parallelism, rounds int, seed uint64, only, profiles string) error {
+func run(brokers []string, g gen, partitions, parallelism, rounds int, only, profiles string) error {
 	ctx := context.Background()
 	root, err := repoRoot()
 	if err != nil {
@@ -139,7 +156,8 @@ func run(brokers []string, records, users, partitions, parallelism, rounds int, 
 	if err != nil {
 		return err
 	}
-	b := &bench{brokers: brokers, records: records, partitions: partitions, parallelism: parallelism,
+	b := &bench{brokers: brokers, records: g.records, partitions: partitions, parallelism: parallelism,
+		window: g.window, disorder: g.disorder,
 		root: root, work: work, self: self, runner: filepath.Join(work, "ebbflow")}
 	if profiles != "" {
 		if b.profiles, err = filepath.Abs(profiles); err != nil {
@@ -161,10 +179,14 @@ func run(brokers []string, records, users, partitions, parallelism, rounds int, 
 	if err := b.build(systems); err != nil {
 		return err
 	}
-	fmt.Printf("seed %d: preloading %d records of %d users over %d partitions\n", seed, records, users, partitions)
-	b.topic = fmt.Sprintf("peers-%d-%s", seed, strconv.FormatInt(time.Now().UnixNano(), 36))
-	if b.oracle, err = preload(ctx, brokers, b.topic, records, users, partitions, seed); err != nil {
+	fmt.Printf("seed %d: preloading %d records of %d users over %d partitions\n", g.seed, g.records, g.users, partitions)
+	b.topic = fmt.Sprintf("peers-%d-%s", g.seed, strconv.FormatInt(time.Now().UnixNano(), 36))
+	if b.oracle, err = preload(ctx, brokers, b.topic, partitions, g); err != nil {
 		return err
+	}
+	if g.window > 0 {
+		fmt.Printf("per user and %s window of ts (each ts less than %s behind the largest before it): %d (user, window) results, %.1f records each\n",
+			g.window, g.disorder, len(b.oracle), float64(g.records)/float64(len(b.oracle)))
 	}
 
 	var all []result
@@ -362,9 +384,62 @@ func (b *bench) build(systems []system) error {
 	return nil
 }
 
-// preload writes the input: record i has a random user and amount (seeded),
-// keyed by the user so that every system sees one user in one partition.
-func preload(ctx context.Context, brokers []string, topic string, n, users, partitions int, seed uint64) (map[string]agg, error) {
+// gen is the seeded generator of the input.
+type gen struct {
+	records, users   int
+	seed             uint64
+	window, disorder time.Duration // see bench
+}
+
+// generate makes the input: record i has a random user and amount and the
+// event time ts = 1_700_000_000_000 + i ms, less a random 0..disorder ms
+// when windowed (so it lags the largest ts before it by less than disorder), and returns the exact aggregates by resultKey. emit gets
+// each record's user (its Kafka key) and JSON value.
+func (g gen) generate(emit func(user string, value []byte)) map[string]agg {
+	rng := rand.New(rand.NewPCG(g.seed, g.seed^0x9e3779b97f4a7c15))
+	oracle := make(map[string]agg, g.users)
+	lag := g.disorder.Milliseconds()
+	for i := range g.records {
+		user := fmt.Sprintf("u%06d", rng.IntN(g.users))
+		amount := int64(rng.IntN(1000))
+		ts := 1_700_000_000_000 + int64(i)
+		if g.window > 0 && lag > 0 { // no draw otherwise: a seed makes the same input as before windows
+			ts -= rng.Int64N(lag + 1)
+		}
+		k := resultKey(user, ts, g.window)
+		a, ok := oracle[k]
+		if !ok {
+			a.max = amount
+		}
+		a.sum += amount
+		a.count++
+		a.max = max(a.max, amount)
+		oracle[k] = a
+		emit(user, fmt.Appendf(nil, `{"user":%q,"amount":%d,"ts":%d,"kind":"purchase","region":"eu-west-1","seq":%d}`,
+			user, amount, ts, i))
+	}
+	return oracle
+}
+
+// resultKey names one result: the user, and with windows the start of the
+// record's tumbling window in Unix milliseconds ("u000042@1700000400000"),
+// a multiple of the window's length since the Unix epoch as in every system.
+func resultKey(user string, tsMillis int64, window time.Duration) string {
+	if window == 0 {
+		return user
+	}
+	w := window.Milliseconds()
+	return windowKey(user, tsMillis-((tsMillis%w)+w)%w)
+}
+
+// windowKey is resultKey from a window's start, as the systems report it.
+func windowKey(user string, startMillis int64) string {
+	return user + "@" + strconv.FormatInt(startMillis, 10)
+}
+
+// preload writes the generated input, keyed by the user so that every system
+// sees one user in one partition, and returns its exact aggregates.
+func preload(ctx context.Context, brokers []string, topic string, partitions int, g gen) (map[string]agg, error) {
 	adm, cl, err := admin(brokers)
 	if err != nil {
 		return nil, err
@@ -379,28 +454,14 @@ func preload(ctx context.Context, brokers []string, topic string, n, users, part
 		return nil, err
 	}
 	defer pr.Close()
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	oracle := make(map[string]agg, users)
 	var failed atomic.Pointer[error]
-	for i := range n {
-		user := fmt.Sprintf("u%06d", rng.IntN(users))
-		amount := int64(rng.IntN(1000))
-		a, ok := oracle[user]
-		if !ok {
-			a.max = amount
-		}
-		a.sum += amount
-		a.count++
-		a.max = max(a.max, amount)
-		oracle[user] = a
-		value := fmt.Appendf(nil, `{"user":%q,"amount":%d,"ts":%d,"kind":"purchase","region":"eu-west-1","seq":%d}`,
-			user, amount, 1_700_000_000_000+int64(i), i)
+	oracle := g.generate(func(user string, value []byte) {
 		pr.Produce(ctx, &kgo.Record{Key: []byte(user), Value: value}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				failed.CompareAndSwap(nil, &err)
 			}
 		})
-	}
+	})
 	if err := pr.Flush(ctx); err != nil {
 		return nil, err
 	}
@@ -492,7 +553,8 @@ func allSystems() []system {
 
 // ebbflowJob is the runner's job file; the changelog variant publishes the
 // table's changelog in committed mode, and the run ends when the export has
-// caught up.
+// caught up. The windowed variant (ebbflowWindow) adds ts, event time and
+// the table's window.
 const ebbflowJob = `job: {name: peers, parallelism: %d}
 source:
   kafka:
@@ -501,7 +563,7 @@ source:
     format: json
     start_offset: earliest
     bounded: true
-    schema: {user: string, amount: int64}
+%s
 key_by: [user]
 sink:
   table:
@@ -512,11 +574,25 @@ sink:
       total:   {agg: sum, from: amount}
       n:       {agg: count}
       largest: {agg: max, from: amount}
-%s
+%s%s
 checkpoint: {interval: 1s}
 data_dir: %q
 http: {address: ""}
 `
+
+// ebbflowWindow returns the job file's source schema (with event time) and
+// table window lines. emit: final writes each (user, window) row once, when
+// the watermark passes the window's end, as Flink's window operator emits
+// each window once; the bounded source ends event time, which closes every
+// window.
+func ebbflowWindow(window, disorder time.Duration) (source, table string) {
+	if window == 0 {
+		return "    schema: {user: string, amount: int64}", ""
+	}
+	return fmt.Sprintf("    schema: {user: string, amount: int64, ts: timestamp}\n"+
+			"    event_time: {field: ts, max_out_of_orderness: %s}", disorder),
+		fmt.Sprintf("    window: {tumble: %s, on: ts, emit: final}\n", window)
+}
 
 func ebbflow(changelog bool) func(context.Context, *bench, string) (*exec.Cmd, func() (map[string]agg, error), error) {
 	return func(ctx context.Context, b *bench, dir string) (*exec.Cmd, func() (map[string]agg, error), error) {
@@ -527,7 +603,8 @@ func ebbflow(changelog bool) func(context.Context, *bench, string) (*exec.Cmd, f
 		}
 		data := filepath.Join(dir, "data")
 		job := filepath.Join(dir, "job.yaml")
-		if err := os.WriteFile(job, fmt.Appendf(nil, ebbflowJob, b.parallelism, b.brokers[0], b.topic, cl, data), 0o644); err != nil {
+		source, window := ebbflowWindow(b.window, b.disorder)
+		if err := os.WriteFile(job, fmt.Appendf(nil, ebbflowJob, b.parallelism, b.brokers[0], b.topic, source, window, cl, data), 0o644); err != nil {
 			return nil, nil, err
 		}
 		read := func() (map[string]agg, error) {
@@ -573,20 +650,27 @@ func scanTable(runner, data string) (map[string]agg, error) {
 }
 
 // parseRow decodes a row of the ebbflow table as JSON (table scan -o json
-// and the upsert-json changelog write the same object).
+// and the upsert-json changelog write the same object) and returns its
+// resultKey: the user, and the window's start if the table has windows.
 func parseRow(data []byte) (string, agg, error) {
 	var row struct {
 		User              string
+		WindowStart       *time.Time `json:"window_start"`
 		Total, N, Largest int64
 	}
 	err := json.Unmarshal(data, &row)
-	return row.User, agg{row.Total, row.N, row.Largest}, err
+	key := row.User
+	if row.WindowStart != nil {
+		key = windowKey(row.User, row.WindowStart.UnixMilli())
+	}
+	return key, agg{row.Total, row.N, row.Largest}, err
 }
 
 // parseChangelogRow decodes an upsert-json record of the ebbflow table.
 func parseChangelogRow(r *kgo.Record) (string, agg, error) { return parseRow(r.Value) }
 
-// parseCSVAgg decodes the peers' "sum,count,max" value keyed by the user.
+// parseCSVAgg decodes the peers' "sum,count,max" value keyed by the
+// resultKey.
 func parseCSVAgg(r *kgo.Record) (string, agg, error) {
 	a, err := parseAgg(string(r.Value))
 	return string(r.Key), a, err
@@ -669,7 +753,8 @@ func flink(backend, sink string) func(context.Context, *bench, string) (*exec.Cm
 		out := filepath.Join(dir, "result.csv")
 		outTopic := "peers-flink-out-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		cmd := java(b, "flink", "dev.ebbflow.peers.FlinkAgg", strings.Join(b.brokers, ","), b.topic,
-			strconv.Itoa(b.parallelism), backend, sink, outTopic, out, filepath.Join(dir, "checkpoints"))
+			strconv.Itoa(b.parallelism), backend, sink, outTopic, out, filepath.Join(dir, "checkpoints"),
+			millis(b.window), millis(b.disorder))
 		read := func() (map[string]agg, error) {
 			if sink == "kafka" {
 				return readCommitted(ctx, b.brokers, outTopic, parseCSVAgg)
@@ -683,11 +768,14 @@ func flink(backend, sink string) func(context.Context, *bench, string) (*exec.Cm
 func streams(_ context.Context, b *bench, dir string) (*exec.Cmd, func() (map[string]agg, error), error) {
 	out := filepath.Join(dir, "result.csv")
 	cmd := java(b, "streams", "dev.ebbflow.peers.StreamsAgg", strings.Join(b.brokers, ","), b.topic,
-		strconv.Itoa(b.parallelism), out, filepath.Join(dir, "state"))
+		strconv.Itoa(b.parallelism), out, filepath.Join(dir, "state"), millis(b.window), millis(b.disorder))
 	return cmd, func() (map[string]agg, error) { return readResultFile(out) }, nil
 }
 
-// readResultFile reads "user,sum,count,max" lines.
+// millis is a duration as the peers' arguments take it.
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// readResultFile reads "key,sum,count,max" lines (key: the resultKey).
 func readResultFile(path string) (map[string]agg, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

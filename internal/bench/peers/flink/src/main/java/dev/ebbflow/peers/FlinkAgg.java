@@ -12,6 +12,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.serialization.DeserializationSchema;
 import org.apache.flink.api.common.serialization.SerializationSchema;
@@ -33,6 +34,9 @@ import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.streaming.api.functions.windowing.ProcessWindowFunction;
+import org.apache.flink.streaming.api.windowing.assigners.TumblingEventTimeWindows;
+import org.apache.flink.streaming.api.windowing.windows.TimeWindow;
 import org.apache.flink.util.Collector;
 
 /**
@@ -45,18 +49,29 @@ import org.apache.flink.util.Collector;
  * KafkaSink. The result (user,sum,count,max per line) is written to the
  * output file when the job has finished.
  *
- * <p>Arguments: brokers topic parallelism hashmap|rocksdb discard|kafka out-topic result-file checkpoint-dir
+ * <p>With window-ms above 0 (the windowed variant) it aggregates per user and
+ * tumbling event-time window of the record's ts: watermarks bounded
+ * disorder-ms out of order, keyBy user, TumblingEventTimeWindows and an
+ * AggregateFunction; each window's aggregate goes to the sink once, when the
+ * watermark passes its end (the bounded source's end of input fires the
+ * last ones), keyed user@window-start.
+ *
+ * <p>Arguments: brokers topic parallelism hashmap|rocksdb discard|kafka out-topic result-file
+ * checkpoint-dir window-ms disorder-ms
  */
 public final class FlinkAgg {
   /** A parsed input record; a Flink POJO. */
   public static final class Event {
     public String user;
     public long amount;
+    public long ts;
   }
 
-  /** The aggregate of one user; a Flink POJO. */
+  /** The aggregate of one user (or one user's window); a Flink POJO. */
   public static final class Agg {
-    public String user;
+    /** The result's key: the user, or user@window-start (Unix ms). */
+    public String key;
+
     public long sum;
     public long count;
     public long max = Long.MIN_VALUE;
@@ -75,6 +90,7 @@ public final class FlinkAgg {
       Event e = new Event();
       e.user = n.get("user").asText();
       e.amount = n.get("amount").asLong();
+      e.ts = n.get("ts").asLong();
       return e;
     }
 
@@ -103,13 +119,55 @@ public final class FlinkAgg {
       Agg a = state.value();
       if (a == null) {
         a = new Agg();
-        a.user = e.user;
+        a.key = e.user;
       }
+      WindowAggregate.fold(a, e);
+      state.update(a);
+      out.collect(a);
+    }
+  }
+
+  /** Folds a window's records into its aggregate (the key is set when it fires). */
+  static final class WindowAggregate implements AggregateFunction<Event, Agg, Agg> {
+    static void fold(Agg a, Event e) {
       a.sum += e.amount;
       a.count++;
       a.max = Math.max(a.max, e.amount);
-      state.update(a);
-      out.collect(a);
+    }
+
+    @Override
+    public Agg createAccumulator() {
+      return new Agg();
+    }
+
+    @Override
+    public Agg add(Event e, Agg a) {
+      fold(a, e);
+      return a;
+    }
+
+    @Override
+    public Agg getResult(Agg a) {
+      return a;
+    }
+
+    @Override
+    public Agg merge(Agg a, Agg b) {
+      a.sum += b.sum;
+      a.count += b.count;
+      a.max = Math.max(a.max, b.max);
+      return a;
+    }
+  }
+
+  /** Names a fired window's aggregate user@window-start. */
+  static final class WindowKey extends ProcessWindowFunction<Agg, Agg, String, TimeWindow> {
+    @Override
+    public void process(String user, Context ctx, Iterable<Agg> aggs, Collector<Agg> out) {
+      for (Agg a : aggs) {
+        a.key = user + "@" + ctx.window().getStart();
+        out.collect(a);
+      }
     }
   }
 
@@ -117,7 +175,7 @@ public final class FlinkAgg {
   static final class UserKey implements SerializationSchema<Agg> {
     @Override
     public byte[] serialize(Agg a) {
-      return a.user.getBytes(StandardCharsets.UTF_8);
+      return a.key.getBytes(StandardCharsets.UTF_8);
     }
   }
 
@@ -129,17 +187,17 @@ public final class FlinkAgg {
     }
   }
 
-  /** The latest update per user, kept for the result file. */
+  /** The latest update per key, kept for the result file. */
   static final Map<String, Agg> LATEST = new ConcurrentHashMap<>();
 
-  /** A sink that keeps the latest update per user and nothing else. */
+  /** A sink that keeps the latest update per key and nothing else. */
   static final class LatestSink implements Sink<Agg> {
     @Override
     public SinkWriter<Agg> createWriter(WriterInitContext context) {
       return new SinkWriter<>() {
         @Override
         public void write(Agg a, Context c) {
-          LATEST.put(a.user, a);
+          LATEST.put(a.key, a);
         }
 
         @Override
@@ -152,13 +210,15 @@ public final class FlinkAgg {
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 8) {
+    if (args.length != 10) {
       throw new IllegalArgumentException(
-          "usage: FlinkAgg brokers topic parallelism hashmap|rocksdb discard|kafka out-topic result-file checkpoint-dir");
+          "usage: FlinkAgg brokers topic parallelism hashmap|rocksdb discard|kafka out-topic result-file"
+              + " checkpoint-dir window-ms disorder-ms");
     }
     String brokers = args[0], topic = args[1];
     int parallelism = Integer.parseInt(args[2]);
     String backend = args[3], sink = args[4], outTopic = args[5], resultFile = args[6], checkpointDir = args[7];
+    long windowMs = Long.parseLong(args[8]), disorderMs = Long.parseLong(args[9]);
 
     Configuration conf = new Configuration();
     conf.set(StateBackendOptions.STATE_BACKEND, backend);
@@ -176,11 +236,25 @@ public final class FlinkAgg {
             .setBounded(OffsetsInitializer.latest())
             .setValueOnlyDeserializer(new EventSchema())
             .build();
-    DataStream<Agg> aggs =
-        env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka")
-            .keyBy(e -> e.user)
-            .process(new Aggregate())
-            .name("aggregate");
+    DataStream<Agg> aggs;
+    if (windowMs > 0) {
+      aggs =
+          env.fromSource(
+                  source,
+                  WatermarkStrategy.<Event>forBoundedOutOfOrderness(Duration.ofMillis(disorderMs))
+                      .withTimestampAssigner((e, t) -> e.ts),
+                  "kafka")
+              .keyBy(e -> e.user)
+              .window(TumblingEventTimeWindows.of(Duration.ofMillis(windowMs)))
+              .aggregate(new WindowAggregate(), new WindowKey())
+              .name("window");
+    } else {
+      aggs =
+          env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka")
+              .keyBy(e -> e.user)
+              .process(new Aggregate())
+              .name("aggregate");
+    }
 
     if (sink.equals("kafka")) {
       Properties props = new Properties();
@@ -206,7 +280,7 @@ public final class FlinkAgg {
     if (!sink.equals("kafka")) {
       try (PrintWriter w = new PrintWriter(Files.newBufferedWriter(Path.of(resultFile)))) {
         for (Agg a : LATEST.values()) {
-          w.println(a.user + "," + a.sum + "," + a.count + "," + a.max);
+          w.println(a.key + "," + a.sum + "," + a.count + "," + a.max);
         }
       }
     }

@@ -27,11 +27,17 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
+import org.apache.kafka.streams.state.ReadOnlyWindowStore;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The peer benchmark's Kafka Streams 4.4 app: the same aggregation as the
@@ -42,7 +48,16 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * input's end offsets, reads its store and writes the result file
  * (user,sum,count,max per line).
  *
- * <p>Arguments: brokers topic threads result-file state-dir
+ * <p>With window-ms above 0 (the windowed variant) it aggregates per user and
+ * tumbling window of event time, the record's ts (a TimestampExtractor):
+ * windowedBy(TimeWindows.ofSizeAndGrace(window, grace)) with grace the
+ * input's disorder, so no record is dropped as late. The windowed store is
+ * read at the end (lines user@window-start,sum,count,max) and keeps every
+ * window of the input (retention 1 day of event time). suppress(untilWindowCloses)
+ * cannot serve: it emits a window only when stream time passes its end plus
+ * grace, and a bounded input ends without a record past the last windows.
+ *
+ * <p>Arguments: brokers topic threads result-file state-dir window-ms grace-ms
  */
 public final class StreamsAgg {
   /** sum, count, max of one user. */
@@ -63,11 +78,13 @@ public final class StreamsAgg {
           });
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 5) {
-      throw new IllegalArgumentException("usage: StreamsAgg brokers topic threads result-file state-dir");
+    if (args.length != 7) {
+      throw new IllegalArgumentException(
+          "usage: StreamsAgg brokers topic threads result-file state-dir window-ms grace-ms");
     }
     String brokers = args[0], topic = args[1], resultFile = args[3], stateDir = args[4];
     int threads = Integer.parseInt(args[2]);
+    long windowMs = Long.parseLong(args[5]), graceMs = Long.parseLong(args[6]);
     String app = "peers-streams-" + System.nanoTime();
 
     Properties p = new Properties();
@@ -82,23 +99,50 @@ public final class StreamsAgg {
 
     ObjectMapper mapper = new ObjectMapper();
     StreamsBuilder b = new StreamsBuilder();
-    b.stream(topic, Consumed.with(Serdes.String(), Serdes.ByteArray()))
-        .mapValues(
-            v -> {
-              try {
-                JsonNode n = mapper.readTree(v);
-                return n.get("amount").asLong();
-              } catch (IOException e) {
-                throw new UncheckedIOException(e);
-              }
-            })
-        .groupByKey(Grouped.with(Serdes.String(), Serdes.Long()))
-        .aggregate(
-            () -> Agg.EMPTY,
-            (user, amount, agg) -> agg.add(amount),
-            Materialized.<String, Agg, KeyValueStore<Bytes, byte[]>>as("aggs")
-                .withKeySerde(Serdes.String())
-                .withValueSerde(AGG_SERDE));
+    Consumed<String, byte[]> consumed = Consumed.with(Serdes.String(), Serdes.ByteArray());
+    if (windowMs > 0) {
+      // The event time: the record's ts (Unix ms), parsed once more here as
+      // a user's extractor does (the value is parsed again for the amount).
+      TimestampExtractor ts =
+          (record, partitionTime) -> {
+            try {
+              return mapper.readTree((byte[]) record.value()).get("ts").asLong();
+            } catch (IOException e) {
+              throw new UncheckedIOException(e);
+            }
+          };
+      consumed = consumed.withTimestampExtractor(ts);
+    }
+    KGroupedStream<String, Long> grouped =
+        b.stream(topic, consumed)
+            .mapValues(
+                v -> {
+                  try {
+                    JsonNode n = mapper.readTree(v);
+                    return n.get("amount").asLong();
+                  } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                  }
+                })
+            .groupByKey(Grouped.with(Serdes.String(), Serdes.Long()));
+    if (windowMs > 0) {
+      grouped
+          .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ofMillis(graceMs)))
+          .aggregate(
+              () -> Agg.EMPTY,
+              (user, amount, agg) -> agg.add(amount),
+              Materialized.<String, Agg, WindowStore<Bytes, byte[]>>as("aggs")
+                  .withKeySerde(Serdes.String())
+                  .withValueSerde(AGG_SERDE)
+                  .withRetention(Duration.ofDays(1)));
+    } else {
+      grouped.aggregate(
+          () -> Agg.EMPTY,
+          (user, amount, agg) -> agg.add(amount),
+          Materialized.<String, Agg, KeyValueStore<Bytes, byte[]>>as("aggs")
+              .withKeySerde(Serdes.String())
+              .withValueSerde(AGG_SERDE));
+    }
 
     try (KafkaStreams streams = new KafkaStreams(b.build(), p);
         Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, brokers))) {
@@ -110,17 +154,34 @@ public final class StreamsAgg {
         }
         Thread.sleep(100);
       }
-      ReadOnlyKeyValueStore<String, Agg> store =
-          streams.store(StoreQueryParameters.fromNameAndType("aggs", QueryableStoreTypes.keyValueStore()));
-      try (PrintWriter w = new PrintWriter(Files.newBufferedWriter(Path.of(resultFile)));
-          KeyValueIterator<String, Agg> it = store.all()) {
-        while (it.hasNext()) {
-          KeyValue<String, Agg> kv = it.next();
-          w.println(kv.key + "," + kv.value.sum + "," + kv.value.count + "," + kv.value.max);
+      try (PrintWriter w = new PrintWriter(Files.newBufferedWriter(Path.of(resultFile)))) {
+        if (windowMs > 0) {
+          ReadOnlyWindowStore<String, Agg> store =
+              streams.store(StoreQueryParameters.fromNameAndType("aggs", QueryableStoreTypes.windowStore()));
+          try (KeyValueIterator<Windowed<String>, Agg> it = store.all()) {
+            while (it.hasNext()) {
+              KeyValue<Windowed<String>, Agg> kv = it.next();
+              write(w, kv.key.key() + "@" + kv.key.window().start(), kv.value);
+            }
+          }
+        } else {
+          ReadOnlyKeyValueStore<String, Agg> store =
+              streams.store(StoreQueryParameters.fromNameAndType("aggs", QueryableStoreTypes.keyValueStore()));
+          try (KeyValueIterator<String, Agg> it = store.all()) {
+            while (it.hasNext()) {
+              KeyValue<String, Agg> kv = it.next();
+              write(w, kv.key, kv.value);
+            }
+          }
         }
       }
       streams.close(Duration.ofSeconds(30));
     }
+  }
+
+  /** Writes one result line: key,sum,count,max. */
+  static void write(PrintWriter w, String key, Agg a) {
+    w.println(key + "," + a.sum + "," + a.count + "," + a.max);
   }
 
   static Map<TopicPartition, Long> endOffsets(Admin admin, String topic) throws Exception {
