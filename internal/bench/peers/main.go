@@ -85,13 +85,11 @@ type system struct {
 }
 
 type bench struct {
+	gen         // the input
 	brokers     []string
 	topic       string
-	records     int
 	partitions  int
 	parallelism int
-	window      time.Duration  // tumbling event-time windows (0: one aggregate per user)
-	disorder    time.Duration  // with window: how far ts may lag the largest before it
 	oracle      map[string]agg // by resultKey
 	root        string         // repository root
 	work        string         // scratch folder of this invocation
@@ -156,8 +154,7 @@ func run(brokers []string, g gen, partitions, parallelism, rounds int, only, pro
 	if err != nil {
 		return err
 	}
-	b := &bench{brokers: brokers, records: g.records, partitions: partitions, parallelism: parallelism,
-		window: g.window, disorder: g.disorder,
+	b := &bench{gen: g, brokers: brokers, partitions: partitions, parallelism: parallelism,
 		root: root, work: work, self: self, runner: filepath.Join(work, "ebbflow")}
 	if profiles != "" {
 		if b.profiles, err = filepath.Abs(profiles); err != nil {
@@ -386,15 +383,17 @@ func (b *bench) build(systems []system) error {
 
 // gen is the seeded generator of the input.
 type gen struct {
-	records, users   int
-	seed             uint64
-	window, disorder time.Duration // see bench
+	records, users int
+	seed           uint64
+	window         time.Duration // tumbling event-time windows (0: one aggregate per user)
+	disorder       time.Duration // with window: ts lags the largest before it by less than this
 }
 
 // generate makes the input: record i has a random user and amount and the
 // event time ts = 1_700_000_000_000 + i ms, less a random 0..disorder ms
-// when windowed (so it lags the largest ts before it by less than disorder), and returns the exact aggregates by resultKey. emit gets
-// each record's user (its Kafka key) and JSON value.
+// when windowed (so it lags the largest ts before it by less than
+// disorder). It returns the exact aggregates by resultKey; emit gets each
+// record's user (its Kafka key) and JSON value.
 func (g gen) generate(emit func(user string, value []byte)) map[string]agg {
 	rng := rand.New(rand.NewPCG(g.seed, g.seed^0x9e3779b97f4a7c15))
 	oracle := make(map[string]agg, g.users)
