@@ -266,3 +266,34 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 
 // String returns the row as JSON.
 func (r Row) String() string { return string(appendObject(nil, r.fields)) }
+
+// RowBuilder makes Rows from values the caller has, not from JSON, with
+// the fields of many rows carved out of shared chunks as RowDecoder does
+// (see Row). The zero value is ready; one goroutine uses it.
+type RowBuilder struct{ d rowDecoder }
+
+// Row returns a row of a copy of fields.
+func (b *RowBuilder) Row(fields ...Field) Row {
+	fs := b.d.take(len(fields))
+	copy(fs, fields)
+	return Row{fields: fs}
+}
+
+// Array returns an Array value of a copy of vs, as the decoder makes one
+// (no elements: nil).
+func (b *RowBuilder) Array(vs ...Value) Value {
+	kids := b.d.take(len(vs))
+	for i, v := range vs {
+		kids[i].Value = v
+	}
+	return Value{kind: Array, kids: kids}
+}
+
+// NumberValue is the Value the row decoder makes of the JSON number text
+// s: an Int when s has no fraction or exponent and fits an int64, else a
+// Float. It keeps nothing of s.
+func NumberValue(s string) (Value, error) {
+	var v Value
+	err := parseNumber(&v, s)
+	return v, err
+}

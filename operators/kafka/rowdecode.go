@@ -227,7 +227,11 @@ func (d *rowDecoder) value(dst *Value, v *fastjson.Value, depth int) error {
 
 func (d *rowDecoder) number(dst *Value, v *fastjson.Value) error {
 	d.num = v.MarshalTo(d.num[:0])
-	s := unsafe.String(unsafe.SliceData(d.num), len(d.num))
+	return parseNumber(dst, unsafe.String(unsafe.SliceData(d.num), len(d.num)))
+}
+
+// parseNumber sets dst, fresh, to the JSON number s.
+func parseNumber(dst *Value, s string) error {
 	integral := true
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c == '.' || c == 'e' || c == 'E' {

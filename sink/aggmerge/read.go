@@ -136,9 +136,14 @@ func (t *Table) rowIter() (*pebble.Iterator, error) {
 // scan walks the rows of every bucket under the encoded key prefix p. One
 // iterator is one snapshot, however many times it seeks.
 func (t *Table) scan(it *pebble.Iterator, p []byte, fn func(Row) error) error {
+	return t.scanKeys(it, p, func(_ []byte, r Row) error { return fn(r) })
+}
+
+// scanKeys is scan with each row's encoded key (as AppendKey encodes it).
+func (t *Table) scanKeys(it *pebble.Iterator, p []byte, fn func([]byte, Row) error) error {
 	var key, vals []agg.Value
 	for b := range uint32(t.schema.Buckets) {
-		if err := t.scanBucket(it, b, p, &key, &vals, func(_ []byte, r Row) error { return fn(r) }); err != nil {
+		if err := t.scanBucket(it, b, p, &key, &vals, fn); err != nil {
 			return err
 		}
 	}
@@ -209,11 +214,7 @@ func (t *Table) ScanAt(at []uint64, fn func(Row) error) error {
 			return fmt.Errorf("scan %q as of log offset %d of bucket %d: %w", t.dir, from, b, err)
 		}
 	}
-	err = t.scan(it, nil, func(r Row) error {
-		var err error
-		if k, err = t.AppendKey(k[:0], r.Key); err != nil {
-			return err
-		}
+	err = t.scanKeys(it, nil, func(k []byte, r Row) error {
 		if _, changed := then[string(k)]; changed {
 			return nil
 		}

@@ -148,23 +148,16 @@ func (x *Exporter) RowsAt(v *Version) (rows map[string]kafka.Row, ok bool, err e
 	if at == nil {
 		return nil, false, nil
 	}
-	s := &x.enc.schema
-	var dec kafka.RowDecoder
-	var key, val []byte
+	m := newRowMaker(&x.enc.schema)
 	// Sized for the rows now (about as many as at v): filling it rehashes
 	// nothing (a third of the CPU of 100k rows went to growing it).
 	rows = make(map[string]kafka.Row, x.cfg.Table.Count())
 	err = x.cfg.Table.ScanAt(at, func(r aggmerge.Row) error {
-		key = appendKey(key[:0], s, r.Key)
-		val = appendRow(val[:0], s, r.Key, r.Values)
-		row, err := dec.Decode(val)
+		row, err := m.row(r.Key, r.Values)
 		if err != nil {
-			return fmt.Errorf("decode row %s: %w", key, err)
+			return fmt.Errorf("row %v: %w", r.Key, err)
 		}
-		// The decoder's rows share chunks it never writes again
-		// (kafka.Row); all of them are kept, so no Clone is needed to let
-		// the rest of a chunk go.
-		rows[string(key)] = row
+		rows[m.key(r.Key)] = row
 		return nil
 	})
 	if errors.Is(err, aggmerge.ErrBelowLogStart) {
