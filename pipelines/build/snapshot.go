@@ -10,7 +10,10 @@ import (
 )
 
 // Snapshot reads the named tables at the newest mutually consistent set of
-// versions, or with weak the newest of each (export.ReadSnapshot). A name
+// versions, or with weak the newest of each (export.ReadSnapshot), chosen
+// among the versions the exporters keep when this Env hosts every table
+// named (else, or when those hold no consistent set, among the versions
+// topics'). A name
 // is a table of this Env with a changelog, read from the table itself when
 // its exporter keeps the version chosen (export.Exporter.RowsAt), else
 // from its changelog; or, when no table has that name, the changelog topic
@@ -25,7 +28,13 @@ func (e *Env) Snapshot(ctx context.Context, names []string, weak bool) (*export.
 		ce := &e.exporters[i]
 		byName[ce.name], byTopic[ce.spec.Topic] = ce, ce
 	}
-	cfg := export.SnapshotConfig{Weak: weak, Formats: map[string]export.Format{}, Local: e.rowsAt(byTopic)}
+	cfg := export.SnapshotConfig{Weak: weak, Formats: map[string]export.Format{}, Local: e.rowsAt(byTopic),
+		LocalVersions: func(topic string) ([]export.Version, bool) {
+			if ce := byTopic[topic]; ce != nil {
+				return ce.x.Versions(), true
+			}
+			return nil, false
+		}}
 	var cluster *changelogExport
 	for _, n := range names {
 		ce := byName[n]

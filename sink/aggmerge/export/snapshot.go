@@ -31,6 +31,12 @@ type SnapshotConfig struct {
 	// here, or the version is not known here yet; the table is then read
 	// from its changelog.
 	Local func(topic string, v *Version) (rows map[string]kafka.Row, ok bool, err error)
+	// LocalVersions, if set, returns the versions of a table that the
+	// runner hosting it keeps (Exporter.Versions); ok false: not hosted
+	// here. When every table has them, the versions are chosen among
+	// those, without reading the versions topics, unless no consistent
+	// set is among them (the history kept is short): then from Kafka.
+	LocalVersions func(topic string) (vs []Version, ok bool)
 }
 
 // Snapshot is the tables at a set of versions.
@@ -73,18 +79,24 @@ func ReadSnapshot(ctx context.Context, cfg SnapshotConfig) (*Snapshot, error) {
 	if versionsTopic == nil {
 		versionsTopic = changelogfmt.VersionsTopic
 	}
-	tvs := make([]TableVersions, len(cfg.Topics))
-	err := each(len(cfg.Topics), func(i int) error {
-		vs, err := ReadVersions(ctx, cfg.Kafka, versionsTopic(cfg.Topics[i]))
-		tvs[i] = TableVersions{Topic: cfg.Topics[i], Versions: vs}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read snapshot: %w", err)
+	var chosen []Version
+	var err error
+	if tvs, ok := hostedVersions(cfg); ok {
+		chosen, err = ChooseVersions(tvs, cfg.Weak)
 	}
-	chosen, err := ChooseVersions(tvs, cfg.Weak)
-	if err != nil {
-		return nil, fmt.Errorf("read snapshot: %w", err)
+	if chosen == nil {
+		tvs := make([]TableVersions, len(cfg.Topics))
+		err = each(len(cfg.Topics), func(i int) error {
+			vs, err := ReadVersions(ctx, cfg.Kafka, versionsTopic(cfg.Topics[i]))
+			tvs[i] = TableVersions{Topic: cfg.Topics[i], Versions: vs}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read snapshot: %w", err)
+		}
+		if chosen, err = ChooseVersions(tvs, cfg.Weak); err != nil {
+			return nil, fmt.Errorf("read snapshot: %w", err)
+		}
 	}
 	s := &Snapshot{Consistent: !cfg.Weak, Tables: make([]TableSnapshot, len(chosen))}
 	err = each(len(chosen), func(i int) error {
@@ -112,6 +124,23 @@ func ReadSnapshot(ctx context.Context, cfg SnapshotConfig) (*Snapshot, error) {
 	return s, nil
 }
 
+// hostedVersions returns the versions of every table from
+// SnapshotConfig.LocalVersions, ok only when it has them for all.
+func hostedVersions(cfg SnapshotConfig) ([]TableVersions, bool) {
+	if cfg.LocalVersions == nil {
+		return nil, false
+	}
+	tvs := make([]TableVersions, len(cfg.Topics))
+	for i, topic := range cfg.Topics {
+		vs, ok := cfg.LocalVersions(topic)
+		if !ok || len(vs) == 0 {
+			return nil, false
+		}
+		tvs[i] = TableVersions{Topic: topic, Versions: vs}
+	}
+	return tvs, true
+}
+
 // each runs fn(0..n-1) concurrently and returns their errors joined, once
 // every one returned.
 func each(n int, fn func(i int) error) error {
@@ -126,6 +155,25 @@ func each(n int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Versions returns the versions the exporter keeps (see
+// Config.VersionsFile: the newest, up to 100), oldest first; none while
+// it has not published the last version it found published (it restarted
+// after a crash that lost it from the file), so that a reader of them
+// never misses the newest.
+func (x *Exporter) Versions() []Version {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := len(x.mu.kept)
+	if n == 0 || x.mu.kept[n-1].Version.Version != x.mu.version.Version {
+		return nil
+	}
+	vs := make([]Version, n)
+	for i := range x.mu.kept {
+		vs[i] = x.mu.kept[i].Version
+	}
+	return vs
 }
 
 // RowsAt reads the table as of version v, which this exporter published

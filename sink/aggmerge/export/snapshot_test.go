@@ -98,4 +98,36 @@ func TestReadSnapshotVersions(t *testing.T) {
 	if err != nil || s.Consistent || s.Tables[0].Version.Version != 2 || s.Tables[1].Version.Version != 3 || !slices.Equal(rows(s), want) {
 		t.Fatalf("weak snapshot: %+v, %v, rows %q; want versions 2 and 3 not consistent, rows %q", s, err, rows(s), want)
 	}
+
+	// The versions a hosting runner keeps are chosen among when it has
+	// them for every table (weak: the newest of those, not Kafka's); when
+	// they hold no consistent set, or a table has none, Kafka's are.
+	kafkaVersions := func(topic string) []Version {
+		vs, err := ReadVersions(ctx, conn, changelogfmt.VersionsTopic(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	}
+	va, vb := kafkaVersions(a), kafkaVersions(b)
+	for _, tc := range []struct {
+		name         string
+		local        map[string][]Version
+		weak         bool
+		wantA, wantB uint64
+	}{
+		{"weak, hosted", map[string][]Version{a: va[:1], b: vb[:1]}, true, 1, 1},
+		{"weak, b not hosted", map[string][]Version{a: va[:1]}, true, 2, 3},
+		{"consistent, hosted", map[string][]Version{a: va, b: vb}, false, 1, 1},
+		{"no consistent set among the hosted", map[string][]Version{a: va, b: vb[1:]}, false, 1, 1},
+	} {
+		s, err := ReadSnapshot(ctx, SnapshotConfig{Kafka: conn, Topics: []string{a, b}, Weak: tc.weak,
+			LocalVersions: func(topic string) ([]Version, bool) {
+				vs, ok := tc.local[topic]
+				return vs, ok
+			}})
+		if err != nil || s.Tables[0].Version.Version != tc.wantA || s.Tables[1].Version.Version != tc.wantB {
+			t.Fatalf("%s: %+v, %v; want versions %d and %d", tc.name, s, err, tc.wantA, tc.wantB)
+		}
+	}
 }
