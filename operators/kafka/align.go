@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -42,19 +43,30 @@ const alignFirst = -1
 // alignRound is the stretch of input between two checkpoints of an
 // aligned source: every subtask reads from floor up to target, a version
 // boundary, and holds there until the checkpoint that ends the round.
+// Until due (when the checkpoint is due) the target is provisional: it
+// moves on to each newer version known, and the subtasks read up to it
+// but open no gate; from due on it is final. So the cut takes the newest
+// version known when the checkpoint is due, not the one known right after
+// the previous checkpoint (which made each aligned hop lag up to a whole
+// interval more: docs/BENCHMARKS.md).
 type alignRound struct {
 	after  int64 // the checkpoint the round follows (alignFirst: none)
 	floor  map[topicPartition]int64
 	exact  bool                     // floor is a boundary (a target, or nothing read)
-	target map[topicPartition]int64 // nil: not decided yet
-	closed bool                     // ended undecided: it stays so (the next round's floor is its floor)
+	due    time.Time                // from then on the target, once decided, is final
+	target map[topicPartition]int64 // nil: not decided yet; never changed in place
+	final  bool
+	closed bool // ended undecided: it stays so (the next round's floor is its floor)
 }
 
 // alignRounds are the rounds of the attempt, shared by a source's
 // subtasks: the first subtask that needs a round's target decides it, from
 // the versions it knows, and every subtask reads to the same one.
 type alignRounds struct {
-	mu struct {
+	// wait is how long after a round starts its target is final: the
+	// job's checkpoint interval (Config.AlignInterval).
+	wait time.Duration
+	mu   struct {
 		sync.Mutex
 		attempt int
 		rounds  []alignRound // the newest few
@@ -77,18 +89,19 @@ func (s *alignRounds) begin(attempt int, floor map[topicPartition]int64) {
 	s.mu.rounds = []alignRound{{after: alignFirst, floor: floor, exact: exact}}
 }
 
-// target returns the target of the round after checkpoint after, deciding
-// it with decide if no subtask did; ok is false while it is not decided.
-func (s *alignRounds) target(after int64, decide func(floor map[topicPartition]int64, exact bool) (map[topicPartition]int64, bool)) (map[topicPartition]int64, bool) {
+// target returns the target of the round after checkpoint after (the
+// first call after that checkpoint starts the round, at now), moving it
+// on with decide until it is final; ok is false while it is not decided.
+func (s *alignRounds) target(after int64, now time.Time, decide func(floor map[topicPartition]int64, exact bool) (map[topicPartition]int64, bool)) (target map[topicPartition]int64, final, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := slices.IndexFunc(s.mu.rounds, func(r alignRound) bool { return r.after == after })
 	if i < 0 {
 		last := &s.mu.rounds[len(s.mu.rounds)-1]
 		if after < last.after {
-			return nil, false // older than the rounds kept: cannot happen
+			return nil, false, false // older than the rounds kept: cannot happen
 		}
-		next := alignRound{after: after, floor: last.target, exact: true}
+		next := alignRound{after: after, floor: last.target, exact: true, due: now.Add(s.wait)}
 		if last.target == nil {
 			last.closed = true
 			next.floor, next.exact = last.floor, last.exact
@@ -100,12 +113,28 @@ func (s *alignRounds) target(after int64, decide func(floor map[topicPartition]i
 		i = len(s.mu.rounds) - 1
 	}
 	r := &s.mu.rounds[i]
-	if r.target == nil && !r.closed {
+	if !r.final && !r.closed {
 		if t, ok := decide(r.floor, r.exact); ok {
-			r.target = t
+			r.target = further(r.target, t)
 		}
+		r.final = r.target != nil && !now.Before(r.due)
 	}
-	return r.target, r.target != nil
+	return r.target, r.final, r.target != nil
+}
+
+// further returns the target that reaches both t and u (nil: none): each
+// partition at the larger end offset. Versions of a changelog only grow,
+// so that is the newer version's boundary in every partition; t is not
+// modified (subtasks read it).
+func further(t, u map[topicPartition]int64) map[topicPartition]int64 {
+	if t == nil {
+		return u
+	}
+	out := maps.Clone(t)
+	for tp, end := range u {
+		out[tp] = max(out[tp], end)
+	}
+	return out
 }
 
 // aligner is a subtask's side of Config.Align.
@@ -116,9 +145,13 @@ type aligner struct {
 	held   prometheus.Histogram // ebbflow_alignment_hold_seconds
 	after  int64                // the round: the checkpoint it follows
 	target map[topicPartition]int64
+	final  bool      // target is the round's final one
+	due    time.Time // when the round's target becomes final (about)
+	seen   uint64    // mu.found when the target was last asked for
 	mu     struct {
 		sync.Mutex
 		known map[string][]Boundary // per topic, oldest first
+		found uint64                // versions found so far
 		err   error                 // Follow failed
 	}
 }
@@ -147,6 +180,7 @@ func (a *aligner) found(b Boundary) {
 	if n := len(vs); n > 0 && b.Version <= vs[n-1].Version {
 		return
 	}
+	a.mu.found++
 	vs = append(vs, b)
 	if len(vs) > alignKept {
 		vs = slices.Delete(vs, 0, len(vs)-alignKept)
@@ -160,10 +194,11 @@ func (a *aligner) fail(err error) {
 	a.mu.err = err
 }
 
-func (a *aligner) failed() error {
+// failed returns Follow's error, and how many versions were found.
+func (a *aligner) failed() (found uint64, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.mu.err
+	return a.mu.found, a.mu.err
 }
 
 // decide picks the target of a round starting at floor: per topic, the
@@ -220,18 +255,30 @@ func holdOf(target map[topicPartition]int64, ps *partState) int64 {
 	return max(target[ps.tp], ps.hold) // never back: a target is at or past the floor
 }
 
-// alignStep decides the round's target if it is not, and lets the
+// alignStep follows the round's target until it is final, and lets the
 // partitions read up to it.
 func (r *reader[T]) alignStep() error {
 	a := r.al
-	if err := a.failed(); err != nil {
+	found, err := a.failed()
+	if err != nil {
 		return err
 	}
-	if a.target != nil {
+	if a.final {
 		return nil
 	}
-	target, ok := a.rounds.target(a.after, a.decide)
+	// Another subtask may move the target on too; this one asks when it
+	// knows a new version, and at every Read once the round is due.
+	now := time.Now()
+	if a.target != nil && found == a.seen && now.Before(a.due) {
+		return nil
+	}
+	a.seen = found
+	target, final, ok := a.rounds.target(a.after, now, a.decide)
 	if !ok {
+		return nil
+	}
+	a.final = final
+	if maps.Equal(target, a.target) {
 		return nil
 	}
 	a.target = target
@@ -249,7 +296,6 @@ func (r *reader[T]) alignStep() error {
 		r.cl.AddConsumePartitions(from)
 	}
 	resume := map[string][]int32{}
-	now := time.Now()
 	for _, ps := range r.parts {
 		ps.hold = holdOf(target, ps)
 		if len(ps.held) == 0 {
@@ -299,7 +345,7 @@ func (r *reader[T]) holdBack(ps *partState, recs []*kgo.Record) []*kgo.Record {
 // (the records between were compacted away): then the position moves to
 // the hold offset.
 func (r *reader[T]) atCut() bool {
-	if r.al.target == nil || r.head < len(r.pending) {
+	if !r.al.final || r.head < len(r.pending) {
 		return false
 	}
 	for _, ps := range r.parts {
@@ -318,5 +364,6 @@ func (r *reader[T]) atCut() bool {
 // snapshot starts the next round: the checkpoint id cut the source
 // where it is.
 func (a *aligner) snapshot(id barrier.CheckpointID) {
-	a.after, a.target = int64(id), nil
+	a.after, a.target, a.final = int64(id), nil, false
+	a.due = time.Now().Add(a.rounds.wait)
 }

@@ -79,6 +79,14 @@ type Config struct {
 	// earliest start, read_committed, an unbounded source, and every
 	// partition (no Partitions).
 	Align Boundaries
+	// AlignInterval, with Align, is the job's checkpoint interval: for that
+	// long after a checkpoint the source reads on to each newer upstream
+	// version it learns of, and only then fixes the next cut at the newest
+	// one and opens its gate (0: it fixes the cut right after the
+	// checkpoint, at the newest version known then). So a version
+	// published during the interval is in the next checkpoint rather than
+	// the one after.
+	AlignInterval time.Duration
 	// Cuts, if set, makes the source cut the job's checkpoints on
 	// event-time boundaries (see Cuts): the checkpoint of boundary t holds
 	// exactly the records with an event time at or before t. Needs

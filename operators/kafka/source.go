@@ -62,6 +62,7 @@ func NewSource[T any](cfg Config, format Format[T], opts ...Option[T]) (*Source[
 		}
 	}
 	s := &Source[T]{cfg: cfg, re: re, format: format, timeOf: kafkaTimestamp[T]}
+	s.rounds.wait = cfg.AlignInterval
 	for _, o := range opts {
 		o(s)
 	}

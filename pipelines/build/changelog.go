@@ -42,6 +42,9 @@ func (e *Env) changelogSource(j *Job, name string, k *pipelines.KafkaSource) (ru
 		if cfg.Align, err = export.NewVersionBoundaries(cfg.Connection, nil); err != nil {
 			return runtime.Stream[kafka.Change]{}, nil, err
 		}
+		// The cut is fixed when the checkpoint is due, at the newest
+		// upstream version then.
+		cfg.AlignInterval = j.p.Spec.Checkpoint.Interval.Std()
 	}
 	ks, err := kafka.NewSource(cfg, format.Decoder())
 	if err != nil {

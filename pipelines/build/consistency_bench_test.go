@@ -289,6 +289,25 @@ func BenchmarkConsistentFreshness(b *testing.B) {
 		b.Fatalf("no consistent version with an event time in %d samples", none)
 	}
 	reportQuantiles(b, fresh)
+	var tables []export.TableVersions
+	for i, r := range readers.Read(ctx, vtopics) {
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		tables = append(tables, export.TableVersions{Topic: c.topics[i], Versions: r.Versions})
+	}
+	for i, name := range []string{"ab", "bc"} {
+		delays, gaps := hopDelays(tables[i], tables[i+1])
+		for _, m := range []struct {
+			ds   []time.Duration
+			name string
+		}{{delays, "hop-" + name}, {gaps, "gap-" + name[1:]}} {
+			if len(m.ds) > 0 {
+				slices.Sort(m.ds)
+				b.ReportMetric(float64(m.ds[len(m.ds)/2].Milliseconds()), m.name+"-p50-ms")
+			}
+		}
+	}
 	for i, name := range []string{"a", "b", "c"} {
 		if ds := newest[i]; len(ds) > 0 {
 			slices.Sort(ds)
@@ -297,4 +316,31 @@ func BenchmarkConsistentFreshness(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(fresh)), "samples")
 	b.ReportMetric(float64(none), "none")
+}
+
+// hopDelays are, for each version of up that a version of down
+// includes, the time from its commit to the commit of the first version of
+// down that includes it (or a newer one): what one aligned hop costs (the
+// alignment's schedule, the checkpoint and the export). gaps are the times
+// between down's versions that include new upstream versions.
+func hopDelays(up, down export.TableVersions) (delays, gaps []time.Duration) {
+	var covered uint64 // the newest version of up included so far
+	var last time.Time
+	for _, v := range down.Versions {
+		for _, u := range v.Upstream {
+			if u.Topic != up.Topic || u.Version <= covered {
+				continue
+			}
+			for _, w := range up.Versions {
+				if w.Version > covered && w.Version <= u.Version && covered > 0 {
+					delays = append(delays, v.CommitTime.Sub(w.CommitTime))
+				}
+			}
+			if !last.IsZero() {
+				gaps = append(gaps, v.CommitTime.Sub(last))
+			}
+			covered, last = u.Version, v.CommitTime
+		}
+	}
+	return delays, gaps
 }
