@@ -61,7 +61,8 @@ type alignRound struct {
 
 // alignRounds are the rounds of the attempt, shared by a source's
 // subtasks: the first subtask that needs a round's target decides it, from
-// the versions it knows, and every subtask reads to the same one.
+// the versions it knows, any subtask moves it on until it is final, and
+// every subtask reads to the same one.
 type alignRounds struct {
 	// wait is how long after a round starts its target is final: the
 	// job's checkpoint interval (Config.AlignInterval).
