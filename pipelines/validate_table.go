@@ -243,7 +243,7 @@ func (v *validator) window(path string, t *TableSink, cols []TableColumn, out *S
 	}
 	tw := &TableWindow{Size: windows.Size, Slide: windows.Slide, Gap: gap, Retain: retain, On: f,
 		Final: w.Emit == EmitFinal, Lateness: w.AllowedLateness.Std(), Late: w.Late}
-	if !v.lateness(path, tw) || !v.windowExpanded(path, tw) {
+	if !v.lateness(path, tw) || !v.windowRetainLateness(path, tw) {
 		ok = false
 	}
 	for i, name := range t.PrimaryKey {

@@ -118,28 +118,23 @@ func (v *validator) windowRetain(path string, w *Window) (*time.Duration, bool) 
 	return &d, true
 }
 
-// Expanded reports whether the writer assigns the windows of a record
-// (writer.Config.Window): a hopping window, or one with a retention. A
-// plain tumbling window's bounds are part of the key the mapper gives, as
-// the final and late paths need.
+// Expanded reports whether the window is hopping or has a retention.
+// Then, unless it is Watermarked (a window operator assigns a record's
+// windows and puts their bounds in the keys it emits), the writer assigns
+// the windows of a record itself (writer.Config.Window); a plain tumbling
+// window's bounds are part of the key the mapper gives.
 func (w *TableWindow) Expanded() bool { return w.Slide != w.Size || w.Retain != nil }
 
-// windowExpanded checks that a hopping window or a retention goes with a
-// window the writer expands (emit: updates, late: update): the final and
-// late paths write one window per record and are not built for them yet.
-func (v *validator) windowExpanded(path string, w *TableWindow) bool {
-	if !w.Watermarked() || !w.Expanded() {
+// windowRetainLateness checks that a window that closes on the watermark is
+// retained at least as long as it takes records: a window is deleted at its
+// end plus retain and closes at its end minus 1ns plus the allowed
+// lateness, so a shorter retention would delete a window still open (and
+// drop its final row at the sink).
+func (v *validator) windowRetainLateness(path string, w *TableWindow) bool {
+	if !w.Watermarked() || w.Retain == nil || *w.Retain >= w.Lateness {
 		return true
 	}
-	if w.Gap > 0 {
-		v.fail(path+".retain", "retain with session windows is not built yet (docs/EVENT_TIME.md)")
-		return false
-	}
-	key := ".hop"
-	if w.Slide == w.Size {
-		key = ".retain"
-	}
-	v.fail(path+key, "%s with emit: final or a late policy other than update is not built yet (docs/EVENT_TIME.md)", key[1:])
+	v.fail(path+".retain", "retain %s is less than allowed_lateness %s: a window would be deleted before it closes", *w.Retain, w.Lateness)
 	return false
 }
 

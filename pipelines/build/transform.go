@@ -282,9 +282,15 @@ func appendKey(t *pipelines.Table, r Row, key []agg.Value) ([]agg.Value, error) 
 			return key, fmt.Errorf("table %s window field %s: %w", t.Spec.Name, w.On.Name, errNullKey)
 		}
 		start, end := w.Bounds(at)
-		key = append(key, agg.TimestampValue(start), agg.TimestampValue(end))
+		key = appendBounds(key, start.UnixNano(), end.UnixNano())
 	}
 	return key, nil
+}
+
+// appendBounds appends the window_start and window_end key values of the
+// window [start, end) (ns since the epoch) to key.
+func appendBounds(key []agg.Value, start, end int64) []agg.Value {
+	return append(key, agg.TimestampValue(watermark.ToTime(start)), agg.TimestampValue(watermark.ToTime(end)))
 }
 
 // appendFields appends the primary key fields of record r to key, as

@@ -33,17 +33,20 @@ import (
 // event time minus the bound, so the model only makes records whose fate
 // is the same wherever the watermark falls:
 //
-//   - a record counts when its window closes (TableWindow.ClosesAt) after
-//     the highest watermark its phase can reach: on time, or behind the
-//     watermark within the allowed lateness;
-//   - a record is late when its window closed at the watermark of the
+//   - a record counts in a window when the window closes
+//     (TableWindow.ClosesAt) after the highest watermark its phase can
+//     reach: on time, or behind the watermark within the allowed lateness;
+//   - a record is late for a window that closed at the watermark of the
 //     phase before (the watermark never goes back);
-//   - anything between is not generated.
+//   - a record with a window between the two is not generated. A hopping
+//     window's record may count in some of its windows and be late for
+//     the others: each window is on its own.
 //
 // After each phase the table must hold exactly the windows the model has
 // closed at the expected watermark (none early, each with its exact
-// value); at the end its log must hold one +I per window and key and
-// nothing else, and the late records must be counted or dead-lettered.
+// value), less those past retention; at the end its log must hold one +I
+// per window and key, and a -D only for a window past retention, and the
+// late records must be counted or dead-lettered, once per late window.
 
 var seedFlag = flag.Int64("seed", 0, "seed of the randomized window tests (0: from the clock)")
 
@@ -58,6 +61,8 @@ type finalCase struct {
 	checkpoint       time.Duration        // the checkpoint interval (default 100ms)
 	updates          bool                 // emit: updates (with late: drop or dead_letter)
 	gap              time.Duration        // session windows with this gap instead of tumbling windows of size
+	every            time.Duration        // hopping windows of size, one starting every this (0: tumbling)
+	retain           time.Duration        // retain: a window is deleted once the watermark passes its end plus this (0: none)
 }
 
 // winKey is a window of a user; start and end in ns since the epoch (a
@@ -76,7 +81,7 @@ type finalModel struct {
 	rng     *rand.Rand
 	windows map[winKey]winAcc  // tumbling windows
 	counted map[string][]event // session windows: per user, the records that count
-	late    map[int64]bool     // amounts (unique) of the late records
+	late    map[int64]int      // amounts (unique) of the late records: for how many windows each
 	front   time.Time          // the largest event time produced
 	wm      int64              // the watermark once the last phase is read
 	seq     int64
@@ -86,22 +91,43 @@ type finalModel struct {
 type event struct{ at, amount int64 }
 
 func newFinalModel(c finalCase) *finalModel {
-	return &finalModel{c: c, w: pipelines.TableWindow{Size: c.size, Gap: c.gap, Lateness: c.lateness}, rng: rand.New(rand.NewSource(c.seed)),
-		windows: map[winKey]winAcc{}, counted: map[string][]event{}, late: map[int64]bool{},
+	slide := c.every
+	if slide == 0 {
+		slide = c.size
+	}
+	return &finalModel{c: c, w: pipelines.TableWindow{Size: c.size, Slide: slide, Gap: c.gap, Lateness: c.lateness}, rng: rand.New(rand.NewSource(c.seed)),
+		windows: map[winKey]winAcc{}, counted: map[string][]event{}, late: map[int64]int{},
 		front: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC), wm: watermark.Min}
 }
 
-// fate says whether a record at event time at counts, however high the
-// watermark gets while its phase is read (up to highest), or is late (its
-// window closed at the watermark of the phase before); neither: ambiguous.
-func (m *finalModel) fate(at time.Time, highest int64) (counts, late bool) {
+// fate returns, for a record at event time at, the windows it counts in
+// however high the watermark gets while its phase is read (up to highest),
+// and for how many it is late (they closed at the watermark of the phase
+// before); ok is false when a window is neither (ambiguous). A session
+// record counts in one window (its session, the key left zero) or is late.
+func (m *finalModel) fate(at time.Time, highest int64) (counts []winKey, late int, ok bool) {
 	if m.c.gap > 0 {
 		t := watermark.FromTime(at)
-		return !m.w.SessionLate(t, highest), m.w.SessionLate(t, m.wm)
+		switch {
+		case !m.w.SessionLate(t, highest):
+			return []winKey{{}}, 0, true
+		case m.w.SessionLate(t, m.wm):
+			return nil, 1, true
+		}
+		return nil, 0, false
 	}
-	_, end := m.w.Bounds(at)
-	closes := m.w.ClosesAt(end)
-	return closes > highest, closes <= m.wm
+	for _, start := range (watermark.Windows{Size: m.w.Size, Slide: m.w.Slide}).Starts(nil, watermark.FromTime(at)) {
+		end := start + int64(m.w.Size)
+		switch closes := m.w.ClosesAt(time.Unix(0, end)); {
+		case closes > highest:
+			counts = append(counts, winKey{start: start, end: end})
+		case closes <= m.wm:
+			late++
+		default:
+			return nil, 0, false
+		}
+	}
+	return counts, late, true
 }
 
 // phase makes the records of the next phase, applies them to the model and
@@ -128,18 +154,21 @@ func (m *finalModel) phase(topic string, first bool) []*kgo.Record {
 	add := func(at time.Time, user string, part int32) {
 		m.seq++
 		amount := m.seq
-		switch counts, late := m.fate(at, highest); {
-		case counts && c.gap > 0:
-			m.counted[user] = append(m.counted[user], event{watermark.FromTime(at), amount})
-		case counts:
-			start, end := m.w.Bounds(at)
-			k := winKey{user, start.UnixNano(), end.UnixNano()}
+		counts, late, ok := m.fate(at, highest)
+		if !ok {
+			panic("ambiguous record generated")
+		}
+		for _, k := range counts {
+			if c.gap > 0 {
+				m.counted[user] = append(m.counted[user], event{watermark.FromTime(at), amount})
+				continue
+			}
+			k.user = user
 			a := m.windows[k]
 			m.windows[k] = winAcc{a.total + amount, a.n + 1, max(a.top, amount)}
-		case late:
-			m.late[amount] = true
-		default:
-			panic("ambiguous record generated")
+		}
+		if late > 0 {
+			m.late[amount] = late
 		}
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: part,
 			Value: fmt.Appendf(nil, `{"user":%q,"amount":%d,"at":%q}`, user, amount, at.Format(time.RFC3339Nano))})
@@ -152,7 +181,7 @@ func (m *finalModel) phase(topic string, first bool) []*kgo.Record {
 	}
 	for len(recs) < c.perPhase {
 		at := m.front.Add(-time.Duration(m.rng.Int63n(span)) * time.Millisecond)
-		if counts, late := m.fate(at, highest); counts || late {
+		if _, _, ok := m.fate(at, highest); ok {
 			add(at, randomUser(), int32(m.rng.Intn(parts)))
 		}
 	}
@@ -200,12 +229,20 @@ func (m *finalModel) all() map[winKey]winAcc {
 
 // expected returns what the table holds once the job read everything: the
 // closed windows (emit: final), or every window with a record that counted
-// (updates).
+// (updates), less those past retention.
 func (m *finalModel) expected() map[winKey]winAcc {
-	if m.c.updates {
-		return maps.Clone(m.all())
+	out := maps.Clone(m.all())
+	if !m.c.updates {
+		out = m.closed()
 	}
-	return m.closed()
+	maps.DeleteFunc(out, func(k winKey, _ winAcc) bool { return m.expired(k) })
+	return out
+}
+
+// expired reports whether window k is past retention at the model's
+// watermark (the sink's once it read everything).
+func (m *finalModel) expired(k winKey) bool {
+	return m.c.retain > 0 && k.end+int64(m.c.retain) <= m.wm
 }
 
 // closed returns the windows closed at the model's watermark.
@@ -232,8 +269,14 @@ func finalJob(c finalCase, name string, brokers []string, topic, deadLetters str
 		emit = "updates"
 	}
 	window := "tumble: " + ms(c.size)
-	if c.gap > 0 {
+	switch {
+	case c.gap > 0:
 		window = "session: " + ms(c.gap)
+	case c.every > 0:
+		window = "hop: " + ms(c.size) + ", every: " + ms(c.every)
+	}
+	if c.retain > 0 {
+		window += ", retain: " + ms(c.retain)
 	}
 	if c.checkpoint == 0 {
 		c.checkpoint = 100 * time.Millisecond
@@ -341,11 +384,12 @@ func waitFinal(t *testing.T, j *Job, tab *aggmerge.Table, m *finalModel, seed in
 }
 
 // checkFinalLog checks what the table's log retains (it is truncated
-// behind the checkpoints and the exporter): +I entries only, each window
-// once, with its final value.
-func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, seed int64) {
+// behind the checkpoints and the exporter): +I entries, each window once,
+// with its final value, and -D entries only for the windows past retention
+// (expired), each once, with that value.
+func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, expired func(winKey) bool, seed int64) {
 	t.Helper()
-	seen := map[winKey]bool{}
+	seen, deleted := map[winKey]bool{}, map[winKey]bool{}
 	for b := range tab.Schema().Buckets {
 		start, _, err := tab.LogOffsets(b)
 		if err != nil {
@@ -356,6 +400,13 @@ func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, se
 				return nil // a marker
 			}
 			k := winKey{e.Key[0].Str(), e.Key[1].Time().UnixNano(), e.Key[2].Time().UnixNano()}
+			if e.Op == aggmerge.Delete && expired(k) && !deleted[k] {
+				if got := (winAcc{e.Before[0].Int(), e.Before[1].Int(), e.Before[2].Int()}); got != want[k] {
+					return fmt.Errorf("window %v deleted as %v, want %v", k, got, want[k])
+				}
+				deleted[k] = true
+				return nil
+			}
 			switch got := (winAcc{e.After[0].Int(), e.After[1].Int(), e.After[2].Int()}); {
 			case e.Op != aggmerge.Insert:
 				return fmt.Errorf("window %v: a %v entry in the log of a final table", k, e.Op)
@@ -374,10 +425,16 @@ func checkFinalLog(t *testing.T, tab *aggmerge.Table, want map[winKey]winAcc, se
 
 // checkChangelog checks the committed changelog topic (debezium-json,
 // read_committed): one create ("op": "c", no before image) per window and
-// key with its final value, nothing else.
-func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKey]winAcc, seed int64) {
+// key with its final value, and, after it, one delete ("op": "d") of each
+// window past retention (expired), nothing else.
+func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKey]winAcc, expired func(winKey) bool, seed int64) {
 	t.Helper()
-	seen := map[winKey]winAcc{}
+	seen, deleted := map[winKey]winAcc{}, map[winKey]bool{}
+	for k := range want {
+		if expired(k) {
+			deleted[k] = false
+		}
+	}
 	for _, r := range kafkatest.ConsumeStable(t, brokers, topic) {
 		var key struct {
 			User  string    `json:"user"`
@@ -392,10 +449,23 @@ func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKe
 		if err := json.Unmarshal(r.Key, &key); err != nil {
 			t.Fatalf("seed %d: changelog key %s: %v", seed, r.Key, err)
 		}
+		k := winKey{key.User, key.Start.UnixNano(), key.End.UnixNano()}
+		if r.Value == nil {
+			continue // the tombstone after a delete, for compaction
+		}
+		if err := json.Unmarshal(r.Value, &v); err == nil && v.Op == "d" {
+			if done, ok := deleted[k]; !ok || done {
+				t.Fatalf("seed %d: changelog record %s = %s: a delete of a window not past retention, or twice", seed, r.Key, r.Value)
+			}
+			if _, created := seen[k]; !created {
+				t.Fatalf("seed %d: changelog record %s = %s: a delete before the window's creation", seed, r.Key, r.Value)
+			}
+			deleted[k] = true
+			continue
+		}
 		if err := json.Unmarshal(r.Value, &v); err != nil || v.Op != "c" || string(v.Before) != "null" {
 			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a window (%v)", seed, r.Key, r.Value, err)
 		}
-		k := winKey{key.User, key.Start.UnixNano(), key.End.UnixNano()}
 		if _, dup := seen[k]; dup {
 			t.Fatalf("seed %d: window %v twice in the changelog", seed, k)
 		}
@@ -403,6 +473,11 @@ func checkChangelog(t *testing.T, brokers []string, topic string, want map[winKe
 	}
 	if d := diffWindows(seen, want); d != "" {
 		t.Fatalf("seed %d: the changelog: %s", seed, d)
+	}
+	for k, done := range deleted {
+		if !done {
+			t.Fatalf("seed %d: window %v past retention was not deleted in the changelog", seed, k)
+		}
 	}
 }
 
@@ -450,7 +525,7 @@ func checkChangelogReplay(t *testing.T, brokers []string, topic string, want map
 	if deletes == 0 {
 		t.Fatalf("seed %d: no session merged (no delete in the changelog)", seed)
 	}
-	t.Logf("seed %d: the changelog replayed equals the model, %d rows deleted by merges", seed, deletes)
+	t.Logf("seed %d: the changelog replayed equals the model, %d rows deleted by merges or retention", seed, deletes)
 }
 
 // gaugeSum sums a gauge over its series.
@@ -528,19 +603,26 @@ func runFinalCase(t *testing.T, c finalCase) {
 	if len(want) == 0 || len(want) == len(m.all()) {
 		t.Fatalf("seed %d: %d of %d windows closed: the case proves little", c.seed, len(want), len(m.all()))
 	}
-	stopExport(!c.updates || c.gap > 0)
+	if c.retain > 0 && !slices.ContainsFunc(slices.Collect(maps.Keys(m.all())), m.expired) {
+		t.Fatalf("seed %d: no window past retention: the case proves little", c.seed)
+	}
+	stopExport(!c.updates || c.gap > 0 || c.retain > 0)
 	switch {
 	case !c.updates:
-		checkFinalLog(t, tab, want, c.seed)
-		checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
-	case c.gap > 0: // merges delete the rows of the sessions they merged
+		checkFinalLog(t, tab, want, m.expired, c.seed)
+		checkChangelog(t, brokers, topic+"-changelog", want, m.expired, c.seed)
+	case c.gap > 0 || c.retain > 0: // merges and retention delete rows
 		checkChangelogReplay(t, brokers, topic+"-changelog", m.expected(), c.seed)
 	}
-	if n := lateCount(t, reg, c.late); n != len(m.late) {
-		t.Fatalf("seed %d: %d late records counted, want %d", c.seed, n, len(m.late))
+	late := 0
+	for _, n := range m.late {
+		late += n
+	}
+	if n := lateCount(t, reg, c.late); n != late {
+		t.Fatalf("seed %d: %d late records counted (one per record and window), want %d", c.seed, n, late)
 	}
 	if c.late == pipelines.LateDeadLetter {
-		got := map[int64]bool{}
+		got := map[int64]int{}
 		for _, r := range kafkatest.ConsumeAll(t, brokers, deadLetters) {
 			var v struct{ Amount int64 }
 			if err := json.Unmarshal(r.Value, &v); err != nil {
@@ -549,10 +631,10 @@ func runFinalCase(t *testing.T, c finalCase) {
 			if h := header(r, kafka.HeaderError); !strings.HasPrefix(h, "late: table per_window:") {
 				t.Fatalf("dead letter %s: error header %q", r.Value, h)
 			}
-			got[v.Amount] = true
+			got[v.Amount]++
 		}
 		if !maps.Equal(got, m.late) {
-			t.Fatalf("seed %d: %d dead letters, want the %d late records", c.seed, len(got), len(m.late))
+			t.Fatalf("seed %d: dead letters of %d records, want the %d late records, each once per late window", c.seed, len(got), len(m.late))
 		}
 	}
 	t.Logf("seed %d: %d windows, %d closed and written once, %d late records", c.seed, len(m.all()), len(want), len(m.late))
@@ -610,6 +692,56 @@ func TestWindowUpdatesLate(t *testing.T) {
 	}
 }
 
+// TestHoppingWindowFinal: hopping windows (10s, one every 2.5s: four per
+// record) with emit: final, for both late policies: each of a record's
+// windows is held on its own and written once when it closes; a record
+// may count in its later windows and be late for its earlier ones, counted
+// and dead-lettered once per late window.
+func TestHoppingWindowFinal(t *testing.T) {
+	for _, late := range []pipelines.LatePolicy{pipelines.LateDrop, pipelines.LateDeadLetter} {
+		t.Run(string(late), func(t *testing.T) {
+			runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 5, phases: 5, perPhase: 150,
+				size: 10 * time.Second, every: 2500 * time.Millisecond, lateness: 5 * time.Second, bound: 2 * time.Second, late: late})
+		})
+	}
+}
+
+// TestHoppingWindowUpdatesLate: hopping windows with emit: updates and
+// late: drop: the windows still open take a record at once, the closed
+// ones count it late.
+func TestHoppingWindowUpdatesLate(t *testing.T) {
+	runFinalCase(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 5, phases: 4, perPhase: 150,
+		size: 10 * time.Second, every: 5 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second,
+		late: pipelines.LateDrop, updates: true})
+}
+
+// TestWindowRetainFinal: emit: final (and, for hopping windows, updates
+// with late: drop) with retain, for tumbling, hopping and session windows:
+// a window's row is written once when it closes and deleted (-D in the log
+// and the changelog) once the sink's watermark passes its end plus retain;
+// after every phase the table holds exactly the closed windows not yet
+// past retention.
+func TestWindowRetainFinal(t *testing.T) {
+	base := finalCase{parts: 3, par: 2, keys: 5, phases: 5, perPhase: 100,
+		size: 10 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: pipelines.LateDrop, retain: 8 * time.Second}
+	cases := map[string]func(c *finalCase){
+		"tumble":      func(*finalCase) {},
+		"hop":         func(c *finalCase) { c.every = 5 * time.Second; c.late = pipelines.LateDeadLetter },
+		"hop_updates": func(c *finalCase) { c.every = 5 * time.Second; c.updates = true },
+		"session": func(c *finalCase) {
+			c.size, c.gap, c.lateness, c.bound, c.keys, c.perPhase, c.retain = 0, 2*time.Second, 3*time.Second, time.Second, 8, 40, 4*time.Second
+		},
+	}
+	for _, name := range slices.Sorted(maps.Keys(cases)) {
+		t.Run(name, func(t *testing.T) {
+			c := base
+			c.seed = crashtest.Seed(t, *seedFlag)
+			cases[name](&c)
+			runFinalCase(t, c)
+		})
+	}
+}
+
 // TestSessionWindowFinal: session windows with emit: final, out-of-order
 // and late records, records within the lateness, an idle partition, and
 // in every phase a record that bridges two sessions of one user (after
@@ -651,8 +783,8 @@ func TestSessionWindowProperty(t *testing.T) {
 }
 
 // TestWindowFinalProperty runs the oracle over random cases: partitions,
-// parallelism, keys, window size, lateness (0 included) and bound drawn
-// from the seed.
+// parallelism, keys, window size, tumbling or hopping, lateness (0
+// included), bound and retention drawn from the seed.
 func TestWindowFinalProperty(t *testing.T) {
 	seed := crashtest.Seed(t, *seedFlag)
 	rng := rand.New(rand.NewSource(seed))
@@ -663,6 +795,12 @@ func TestWindowFinalProperty(t *testing.T) {
 			lateness: time.Duration(rng.Intn(3)) * time.Duration(rng.Intn(20)) * time.Second,
 			bound:    time.Duration(rng.Intn(5000)) * time.Millisecond,
 			late:     pipelines.LateDrop}
+		if k := []time.Duration{1, 1, 2, 4, 5}[rng.Intn(5)]; k > 1 {
+			c.every = c.size / k // hopping: k windows per record
+		}
+		if rng.Intn(2) == 0 {
+			c.retain = c.lateness + time.Duration(rng.Intn(20))*time.Second
+		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runFinalCase(t, c) })
 	}
 }
@@ -679,6 +817,16 @@ func TestWindowFinalRestore(t *testing.T) {
 	runFinalRestore(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 4, phases: 6, perPhase: 150,
 		size: 10 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: pipelines.LateDrop,
 		checkpoint: time.Second}) // rare checkpoints: the kill comes between two, after a firing
+}
+
+// TestHoppingWindowFinalRestore is TestWindowFinalRestore with hopping
+// windows and a retention: each of a record's windows comes back from the
+// checkpoint with its partials and timer, the replay fires the same
+// windows with the same values, and deletes the same windows.
+func TestHoppingWindowFinalRestore(t *testing.T) {
+	runFinalRestore(t, finalCase{seed: crashtest.Seed(t, *seedFlag), parts: 3, par: 2, keys: 4, phases: 6, perPhase: 150,
+		size: 10 * time.Second, every: 5 * time.Second, lateness: 5 * time.Second, bound: 2 * time.Second, late: pipelines.LateDrop,
+		retain: 20 * time.Second, checkpoint: time.Second})
 }
 
 // TestSessionWindowFinalRestore is TestWindowFinalRestore with session
@@ -770,7 +918,7 @@ func runFinalRestore(t *testing.T, c finalCase) {
 	if c.updates {
 		checkChangelogReplay(t, brokers, topic+"-changelog", m.expected(), c.seed)
 	} else {
-		checkChangelog(t, brokers, topic+"-changelog", want, c.seed)
+		checkChangelog(t, brokers, topic+"-changelog", want, m.expired, c.seed)
 	}
 	undone := int(gaugeSum(t, reg, "ebbflow_sink_undo_keys_restored"))
 	if undone == 0 {

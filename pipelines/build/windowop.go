@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,13 +21,16 @@ import (
 )
 
 // A windowed table that consults the watermark (emit: final, or late: drop
-// or dead_letter) is fed through "<sink>-window", a keyed processor keyed
-// by the table key (primary key, window_start, window_end, encoded as the
-// table encodes it), and, with late: dead_letter, "<sink>-late" chained
-// after it, before the writer:
+// or dead_letter) is fed through "<sink>-assign", which puts a record in
+// each of its windows (one for a tumbling window, hop/every for a hopping
+// one), then "<sink>-window", a keyed processor keyed by the table key
+// (primary key, window_start, window_end, encoded as the table encodes
+// it), and, with late: dead_letter, "<sink>-late" chained after it, before
+// the writer. Each of a record's windows is on its own, as if it were a
+// record of a tumbling window:
 //
-//   - a record whose window closed (the processor's watermark reached
-//     TableWindow.ClosesAt of its end) is late: counted in
+//   - a record in a window that closed (the processor's watermark reached
+//     TableWindow.ClosesAt of its end) is late for it: counted in
 //     ebbflow_late_records_total{table,policy}, then dropped or handed to
 //     "<sink>-late", which dead-letters it;
 //   - emit: updates: any other record goes on to the writer as it is;
@@ -49,22 +51,37 @@ import (
 // key.
 
 // windowed is what a window operator emits: an on-time record of an
-// updates window (row); partial aggregates of a window's row (key: the
-// table key, vals: the partial of each column), a closed final window or a
-// session's update; with clear, the removal of a merged session's row
-// (key); or, with late set, a late record (row) to dead-letter.
+// updates window (row, in the window [start, end), ns since the epoch);
+// partial aggregates of a window's row (key: the table key, vals: the
+// partial of each column), a closed final window or a session's update;
+// with clear, the removal of a merged session's row (key); or, with late
+// set, a late record (row) to dead-letter.
 type windowed struct {
-	row   Row
-	key   []agg.Value
-	vals  []agg.Value
-	clear bool
-	late  error
+	row        Row
+	start, end int64
+	key        []agg.Value
+	vals       []agg.Value
+	clear      bool
+	late       error
+}
+
+// inWindow is a record in one of its windows [start, end) (ns since the
+// epoch), as "<sink>-assign" hands it to the window operator of a tumbling
+// or hopping window: one per window of the record, with the encoded table
+// key (primary key, window_start, window_end) made once, before the
+// shuffle, for the partitioner and the keyed state.
+type inWindow struct {
+	row        Row
+	start, end int64
+	key        string
 }
 
 // windowSink adds the window operator of table t (sink i) reading in, and
 // the writer of the table after it: "<sink>-window", keyed by the table key
-// (windowProc), or, for a session window, by the primary key
-// (sessionWindows).
+// (windowProc, after "<sink>-assign", which puts each record in each of
+// its windows), or, for a session window, by the primary key
+// (sessionWindows). With retain the writer deletes the windows past it
+// (writer.Window.Assigned: the keys carry their bounds).
 func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table *aggmerge.Table, cfg writer.Config, in runtime.Stream[Row]) error {
 	name := p.Spec.Sinks[i].Name
 	w := t.Window
@@ -75,14 +92,11 @@ func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table 
 			return err
 		}
 	} else {
-		ks := runtime.KeyBy(in, func(r Row) string {
-			k, err := encodeWindowKey(t, table, r, nil)
-			if err != nil {
-				return "" // no table key encodes to nothing: Process finds the error again
-			}
-			return string(k)
-		}, state.StringCodec{})
-		out = runtime.Process(ks, name+"-window", func() runtime.KeyedProcessor[string, Row, windowed] {
+		assigned := runtime.Apply(in, name+"-assign", func() runtime.Operator[Row, inWindow] {
+			return &assignOp{t: t, table: table, windows: watermark.Windows{Size: w.Size, Slide: w.Slide}}
+		})
+		ks := runtime.KeyBy(assigned, func(v inWindow) string { return v.key }, state.StringCodec{})
+		out = runtime.Process(ks, name+"-window", func() runtime.KeyedProcessor[string, inWindow, windowed] {
 			return newWindowProc(t, table, cfg.Columns)
 		})
 	}
@@ -97,11 +111,20 @@ func windowSink(e *Env, p *pipelines.Pipeline, i int, t *pipelines.Table, table 
 	}
 	cfg.Partials = w.Final || w.Gap > 0
 	cfg.Clears = w.Gap > 0 && !w.Final
-	rows := mapper(p, t)
+	if w.Retain != nil {
+		cfg.Window = &writer.Window{Assigned: true, Retain: w.Retain}
+	}
 	return writer.To(out, name, cfg, func(v windowed, row *writer.Row) error {
 		row.Clear = v.clear
 		if v.row != nil {
-			return rows(v.row, row)
+			row.Kind = v.row.Kind(p.KindSlot)
+			var err error
+			if row.Key, err = appendFields(t, v.row, row.Key[:0]); err != nil {
+				return err
+			}
+			row.Key = appendBounds(row.Key, v.start, v.end)
+			row.Vals, err = appendValues(t, v.row, row.Vals[:0])
+			return err
 		}
 		row.Kind = runtime.RowInsert
 		row.Key = append(row.Key[:0], v.key...)
@@ -120,19 +143,53 @@ func (e *Env) lateDeadLetters(k *pipelines.KafkaSource) (*errorPolicy, error) {
 	return &errorPolicy{policy: kafka.DeadLetter, topic: k.DeadLetterTopic, conn: conn}, nil
 }
 
-// encodeWindowKey appends the encoded table key of record r to dst.
-func encodeWindowKey(t *pipelines.Table, table *aggmerge.Table, r Row, dst []byte) ([]byte, error) {
-	key, err := appendKey(t, r, nil)
-	if err != nil {
-		return nil, err
-	}
-	return table.AppendKey(dst, key)
+// assignOp is a subtask of "<sink>-assign": it puts each record in each of
+// its windows, with the window's encoded table key.
+type assignOp struct {
+	t       *pipelines.Table
+	table   *aggmerge.Table
+	windows watermark.Windows
+	starts  []int64
+	key     []agg.Value
+	buf     []byte
 }
 
-// windowProc is a subtask of "<sink>-window" for a tumbling window.
+func (o *assignOp) Open(*runtime.Context) error { return nil }
+
+func (o *assignOp) ProcessBatch(in []Row, out *runtime.Collector[inWindow]) error {
+	w := o.t.Window
+	for _, r := range in {
+		at, ok := r[w.On.Slot].(time.Time)
+		if !ok {
+			return fmt.Errorf("table %s window field %s: %w", o.t.Spec.Name, w.On.Name, errNullKey) // checkTables keeps it from happening
+		}
+		var err error
+		if o.key, err = appendFields(o.t, r, o.key[:0]); err != nil {
+			return err
+		}
+		n := len(o.key)
+		o.starts = o.windows.Starts(o.starts[:0], watermark.FromTime(at))
+		for _, start := range o.starts {
+			end := start + int64(o.windows.Size)
+			if o.buf, err = o.table.AppendKey(o.buf[:0], appendBounds(o.key[:n], start, end)); err != nil {
+				return err
+			}
+			out.Emit(inWindow{row: r, start: start, end: end, key: string(o.buf)})
+		}
+	}
+	return nil
+}
+
+func (o *assignOp) Snapshot(barrier.CheckpointID) (state.OperatorState, error) {
+	return state.OperatorState{}, nil
+}
+func (o *assignOp) NotifyComplete(barrier.CheckpointID) error { return nil }
+func (o *assignOp) Close() error                              { return nil }
+
+// windowProc is a subtask of "<sink>-window" for a tumbling or hopping
+// window: each of a record's windows is a key of its own.
 type windowProc struct {
 	t        *pipelines.Table
-	table    *aggmerge.Table
 	keyTypes []agg.Type
 	parts    partials
 	ctx      *runtime.Context
@@ -142,7 +199,7 @@ type windowProc struct {
 }
 
 func newWindowProc(t *pipelines.Table, table *aggmerge.Table, cols []string) *windowProc {
-	w := &windowProc{t: t, table: table, parts: newPartials(t, table, cols), late: lateRecords{t: t}}
+	w := &windowProc{t: t, parts: newPartials(t, table, cols), late: lateRecords{t: t}}
 	for _, c := range table.Schema().Key {
 		w.keyTypes = append(w.keyTypes, c.Type)
 	}
@@ -163,24 +220,20 @@ func (w *windowProc) Open(ctx *runtime.Context, keyed *state.Keyed) error {
 	return err
 }
 
-func (w *windowProc) Process(key string, r Row, out *runtime.Collector[windowed]) error {
-	if key == "" {
-		_, err := encodeWindowKey(w.t, w.table, r, nil)
-		return errors.Join(err, fmt.Errorf("table %s: a record without its window key", w.t.Spec.Name))
-	}
+func (w *windowProc) Process(key string, v inWindow, out *runtime.Collector[windowed]) error {
 	win := w.t.Window
-	_, end := win.Bounds(r[win.On.Slot].(time.Time)) // the key holds it: not null
+	end := time.Unix(0, v.end).UTC()
 	closes := win.ClosesAt(end)
 	if wm := w.ctx.Watermark(); closes <= wm {
-		w.late.emit(r, out, fmt.Errorf("late: table %s: its window ending %s closed at watermark %s (allowed lateness %s)",
+		w.late.emit(v.row, out, fmt.Errorf("late: table %s: its window ending %s closed at watermark %s (allowed lateness %s)",
 			w.t.Spec.Name, end.Format(time.RFC3339Nano), watermark.Format(wm), win.Lateness))
 		return nil
 	}
 	if !win.Final {
-		out.Emit(windowed{row: r})
+		out.Emit(windowed{row: v.row, start: v.start, end: v.end})
 		return nil
 	}
-	next, err := w.parts.of(r)
+	next, err := w.parts.of(v.row)
 	if err != nil {
 		return err
 	}

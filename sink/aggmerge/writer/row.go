@@ -19,8 +19,8 @@ type Row struct {
 	Key  []agg.Value
 	Vals []agg.Value
 	// At is the record's event time (Unix nanoseconds, see package
-	// watermark), read when Config.Window is set: the writer appends each
-	// window's start and end to Key.
+	// watermark), read when Config.Window is set and not Assigned: the
+	// writer appends each window's start and end to Key.
 	At int64
 	// Clear, when set, removes the written columns of Key's row instead of
 	// writing Vals (not read): the row is deleted when no other column is
@@ -112,8 +112,8 @@ func (m *mapOp[T]) ProcessBatch(in []T, out *runtime.Collector[record]) error {
 			return errors.New("aggmerge writer: a clearing row reached a sink not declared Clears")
 		}
 		w := m.cfg.Window
-		if w == nil {
-			if err := m.emit(out, buckets, 0, m.vals.copy(m.row.Vals)); err != nil {
+		if w == nil || w.Assigned {
+			if err := m.emit(out, buckets, m.assignedEnd(), m.vals.copy(m.row.Vals)); err != nil {
 				return err
 			}
 			continue
@@ -130,6 +130,15 @@ func (m *mapOp[T]) ProcessBatch(in []T, out *runtime.Collector[record]) error {
 		}
 	}
 	return nil
+}
+
+// assignedEnd is the window end (Unix nanoseconds) the mapper's key ends
+// with, for a Window.Assigned; 0 without a window.
+func (m *mapOp[T]) assignedEnd() int64 {
+	if m.cfg.Window == nil || len(m.row.Key) == 0 {
+		return 0
+	}
+	return m.row.Key[len(m.row.Key)-1].Micros() * int64(time.Microsecond)
 }
 
 // emit sends the mapped row on, under its key with vals, as the record of

@@ -36,8 +36,8 @@ type Config struct {
 	Partials bool
 	// Clears declares that the input may hold rows with Row.Clear, which
 	// remove the written columns of a row. A restore then always undoes (a
-	// replayed clear is no harmless replay). It cannot be combined with
-	// Window, whose keys the writer makes.
+	// replayed clear is no harmless replay). It cannot be combined with a
+	// Window whose keys the writer makes (only with Window.Assigned).
 	Clears bool
 	// BatchSize is the number of writes per table batch (1000).
 	BatchSize int
@@ -94,7 +94,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("aggmerge writer: table %s has no value column %q", c.Table.Dir(), name)
 		}
 	}
-	if c.Clears && c.Window != nil {
+	if c.Clears && c.Window != nil && !c.Window.Assigned {
 		return errors.New("aggmerge writer: a windowed sink cannot clear rows (the writer makes their keys)")
 	}
 	if c.Retracts && c.Partials {

@@ -19,8 +19,13 @@ import (
 // window (Slide 0 or Size) gives one write per record, a hopping one
 // Size/Slide writes; each is an ordinary write of its key, so every
 // function, combining, retraction and undo work per window.
+//
+// With Assigned, a window operator upstream assigned the windows: the
+// mapper's key ends with the window's start and end already, one write per
+// window, and the writer only applies Retain (Size and Slide unused).
 type Window struct {
 	Size, Slide time.Duration
+	Assigned    bool
 	// Retain, when set, deletes a window's rows from the table once the
 	// watermark the sink receives passes the window's end plus *Retain
 	// (the sink's columns cleared, the row deleted when no other column is
@@ -34,11 +39,13 @@ func (w *Window) windows() watermark.Windows { return watermark.Windows{Size: w.
 // check validates the window against the table: two timestamp key columns
 // last, sizes in whole microseconds (the timestamps' precision).
 func (w *Window) check(t *aggmerge.Table) error {
-	if err := w.windows().Check(); err != nil {
-		return fmt.Errorf("aggmerge writer: table %s: %w", t.Dir(), err)
-	}
-	if w.Size%time.Microsecond != 0 || w.Slide%time.Microsecond != 0 {
-		return fmt.Errorf("aggmerge writer: table %s: window size %s and slide %s must be whole microseconds", t.Dir(), w.Size, w.Slide)
+	if !w.Assigned {
+		if err := w.windows().Check(); err != nil {
+			return fmt.Errorf("aggmerge writer: table %s: %w", t.Dir(), err)
+		}
+		if w.Size%time.Microsecond != 0 || w.Slide%time.Microsecond != 0 {
+			return fmt.Errorf("aggmerge writer: table %s: window size %s and slide %s must be whole microseconds", t.Dir(), w.Size, w.Slide)
+		}
 	}
 	if w.Retain != nil && *w.Retain < 0 {
 		return fmt.Errorf("aggmerge writer: table %s: window retention %s is negative", t.Dir(), *w.Retain)
@@ -153,13 +160,16 @@ func (s *sink) openRetention(reg prometheus.Registerer) error {
 }
 
 // keep reports whether a record goes on to the table: not when its window
-// is past retention. It indexes the ones that go on.
+// is past retention. It indexes the ones that go on, but for a clear, which
+// leaves no row to delete.
 func (r *retention) keep(rec *record, wm int64) bool {
 	if expired(rec.end, r.retain, wm) {
 		r.dropped.Inc()
 		return false
 	}
-	r.index.add(rec.end, rec.key)
+	if !rec.clear {
+		r.index.add(rec.end, rec.key)
+	}
 	return true
 }
 
