@@ -14,6 +14,17 @@ import (
 // a time so that the caller holds no large pointer slice for the GC to scan.
 func Preload(t testing.TB, brokers []string, topic string, n, partitions int) int {
 	t.Helper()
+	return PreloadValues(t, brokers, topic, n, partitions, func(i int) []byte {
+		return fmt.Appendf(nil, `{"user":"u%05d","amount":%d,"ts":%d,"kind":"purchase","region":"eu-west-1","seq":%d}`,
+			i%100_000, i%997, 1_700_000_000_000+int64(i), i)
+	})
+}
+
+// PreloadValues is Preload with record i's value made by value(i) (the key
+// stays u<i mod 100000>): for a benchmark that needs another shape of
+// input, such as another pace of event time.
+func PreloadValues(t testing.TB, brokers []string, topic string, n, partitions int, value func(i int) []byte) int {
+	t.Helper()
 	cl := Client(t, brokers,
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
@@ -29,8 +40,7 @@ func Preload(t testing.TB, brokers []string, topic string, n, partitions int) in
 	bytes := 0
 	for i := range n {
 		key := fmt.Appendf(nil, "u%05d", i%100_000)
-		value := fmt.Appendf(nil, `{"user":"u%05d","amount":%d,"ts":%d,"kind":"purchase","region":"eu-west-1","seq":%d}`,
-			i%100_000, i%997, 1_700_000_000_000+int64(i), i)
+		value := value(i)
 		bytes += len(key) + len(value)
 		cl.Produce(ctx, &kgo.Record{Partition: int32(i % partitions), Key: key, Value: value}, promise)
 	}
