@@ -195,6 +195,7 @@ type windowProc struct {
 	ctx      *runtime.Context
 	timers   *runtime.EventTimers[string]
 	windows  *state.Value[string, []agg.Value] // emit: final: the partials of each open window
+	scratch  []agg.Value                       // a record's partials, before they are folded
 	late     lateRecords
 }
 
@@ -233,23 +234,28 @@ func (w *windowProc) Process(key string, v inWindow, out *runtime.Collector[wind
 		out.Emit(windowed{row: v.row, start: v.start, end: v.end})
 		return nil
 	}
-	next, err := w.parts.of(v.row)
-	if err != nil {
-		return err
-	}
 	acc, found, err := w.windows.Get(key)
 	if err != nil {
 		return err
 	}
-	if found {
-		if next, err = w.parts.combine(acc, next); err != nil {
+	if !found { // a new window: its partials, and its timer (a window's key says when it closes)
+		if acc, err = w.parts.appendOf(nil, v.row); err != nil {
 			return err
 		}
+		if err := w.windows.Put(key, acc); err != nil {
+			return err
+		}
+		return w.timers.Register(key, closes)
 	}
-	if err := w.windows.Put(key, next); err != nil {
+	// Fold into acc in place: the state is its only holder until the window
+	// fires, and the Put marks it for the next checkpoint.
+	if w.scratch, err = w.parts.appendOf(w.scratch[:0], v.row); err != nil {
 		return err
 	}
-	return w.timers.Register(key, closes)
+	if err := w.parts.combineInto(acc, acc, w.scratch); err != nil {
+		return err
+	}
+	return w.windows.Put(key, acc)
 }
 
 // OnEventTime fires the window of key: its row goes to the writer, once.
@@ -325,7 +331,11 @@ func newPartials(t *pipelines.Table, table *aggmerge.Table, cols []string) parti
 // of returns the partials of record r, in a new slice. It keeps no
 // scratch: the subtasks of a session window share one partials.
 func (p partials) of(r Row) ([]agg.Value, error) {
-	out := make([]agg.Value, len(p.t.Columns))
+	return p.appendOf(make([]agg.Value, 0, len(p.t.Columns)), r)
+}
+
+// appendOf appends the partials of record r to dst (a new slice when nil).
+func (p partials) appendOf(dst []agg.Value, r Row) ([]agg.Value, error) {
 	for j := range p.t.Columns {
 		c := &p.t.Columns[j]
 		v, err := c.Value(r)
@@ -336,9 +346,9 @@ func (p partials) of(r Row) ([]agg.Value, error) {
 		if err != nil {
 			return nil, fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, c.Name, err)
 		}
-		out[j] = p.funcs[j].Partial(in)
+		dst = append(dst, p.funcs[j].Partial(in))
 	}
-	return out, nil
+	return dst, nil
 }
 
 // combine returns, in a new slice, the partials a combined with b (b came
@@ -346,13 +356,19 @@ func (p partials) of(r Row) ([]agg.Value, error) {
 // them.
 func (p partials) combine(a, b []agg.Value) ([]agg.Value, error) {
 	out := make([]agg.Value, len(a))
+	return out, p.combineInto(out, a, b)
+}
+
+// combineInto sets dst to the partials a combined with b (b came later);
+// dst may be a.
+func (p partials) combineInto(dst, a, b []agg.Value) error {
 	for j := range a {
 		var err error
-		if out[j], err = p.funcs[j].Combine(a[j], b[j]); err != nil {
-			return nil, fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, p.t.Columns[j].Name, err)
+		if dst[j], err = p.funcs[j].Combine(a[j], b[j]); err != nil {
+			return fmt.Errorf("table %s column %s: %w", p.t.Spec.Name, p.t.Columns[j].Name, err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // partialsCodec stores a window's partial aggregates as a table row of the
