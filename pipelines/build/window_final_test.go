@@ -798,8 +798,11 @@ func TestWindowFinalProperty(t *testing.T) {
 		if k := []time.Duration{1, 1, 2, 4, 5}[rng.Intn(5)]; k > 1 {
 			c.every = c.size / k // hopping: k windows per record
 		}
-		if rng.Intn(2) == 0 {
-			c.retain = c.lateness + time.Duration(rng.Intn(20))*time.Second
+		if rng.Intn(2) == 0 && c.lateness > 0 {
+			// The shortest retention allowed: the closed windows are deleted
+			// almost at once, so every case with retention deletes some
+			// (TestWindowRetainFinal keeps closed windows a while).
+			c.retain = c.lateness
 		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runFinalCase(t, c) })
 	}
