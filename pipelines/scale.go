@@ -6,15 +6,31 @@ import "time"
 // through Kafka (docs/SCALING.md).
 type Scale struct {
 	Mode      ScaleMode `yaml:"mode" required:"true" doc:"kafka: the runners share the input through a consumer group (<job>.scale) and the table's buckets through a repartition topic"`
-	Instance  int       `yaml:"instance" default:"0" min:"0" max:"65535" doc:"this runner's number, 0 to instances-1 (set it per runner, e.g. --set job.scale.instance=1): it applies the buckets b with b mod instances = instance"`
-	Instances int       `yaml:"instances" required:"true" min:"1" max:"65536" doc:"how many runners run the job; every runner's file gives the same number"`
+	Instance  int       `yaml:"instance" default:"0" min:"0" max:"65535" doc:"this runner's number, unique among the job's runners (set it per runner, e.g. --set job.scale.instance=1); with ownership static, 0 to instances-1: it applies the buckets b with b mod instances = instance"`
+	Instances int       `yaml:"instances" default:"0" min:"0" max:"65536" doc:"with ownership static (required there): how many runners run the job, every runner's file giving the same number; with ownership group: unused"`
 	Topic     string    `yaml:"repartition_topic" doc:"the repartition topic, one partition per bucket (default: <job>.<table>.repartition)"`
+	Ownership Ownership `yaml:"ownership" default:"static" doc:"static: instance i of instances owns the buckets b with b mod instances = i, and a runner that stays away leaves them unapplied; group: the runners share the buckets through the consumer group <job>.owners over the repartition topic, and the buckets of a runner that stops or vanishes move to the others (docs/SCALING.md#dynamic-ownership)"`
+	// SessionTimeout is the session timeout of the job's groups.
+	SessionTimeout Duration `yaml:"session_timeout" default:"45s" min:"1s" doc:"how long the groups wait for a runner that vanished (SIGKILL, a lost machine) before its input partitions, and with ownership group its buckets, move to the others; at least the brokers' group.min.session.timeout.ms (6s by default)"`
 }
 
 // ScaleMode is how the instances of a scaled job share it.
 type ScaleMode string
 
 func (ScaleMode) enumValues() []string { return []string{"kafka"} }
+
+// Ownership is how the instances of a scaled job share the buckets.
+type Ownership string
+
+// The ownerships.
+const (
+	OwnershipStatic Ownership = "static"
+	OwnershipGroup  Ownership = "group"
+)
+
+func (Ownership) enumValues() []string {
+	return []string{string(OwnershipStatic), string(OwnershipGroup)}
+}
 
 // RepartitionTopic returns the repartition topic of a scaled job.
 func (p *Pipeline) RepartitionTopic() string {
@@ -32,7 +48,10 @@ func (v *validator) scale() {
 	if sc == nil {
 		return
 	}
-	if sc.Instances > 0 && sc.Instance >= sc.Instances {
+	switch {
+	case sc.Ownership == OwnershipStatic && sc.Instances == 0:
+		v.fail("job.scale.instances", "required with ownership static: how many runners run the job")
+	case sc.Ownership == OwnershipStatic && sc.Instance >= sc.Instances:
 		v.fail("job.scale.instance", "instance %d of %d: want 0 to %d", sc.Instance, sc.Instances, sc.Instances-1)
 	}
 	if t := sc.Topic; t != "" {
@@ -70,7 +89,10 @@ func (v *validator) scale() {
 		v.fail("sink", "%s, not %d sinks", sinkWhy, len(v.spec.Sinks))
 	} else if t := v.spec.Sinks[0].Table; t != nil {
 		path := v.elem("sink", 0) + ".table"
-		if cl := t.Changelog; cl != nil && cl.Mode != "committed" {
+		if cl := t.Changelog; cl != nil && sc.Ownership == OwnershipGroup {
+			v.fail(path+".changelog", "%s: not with ownership group yet (an instance's changelog partitions would move with its buckets); "+
+				"read the whole table with table scan --all, from the owner log", sinkWhy)
+		} else if cl != nil && cl.Mode != "committed" {
 			v.fail(path+".changelog.mode", "%s: mode %s publishes no versions, and the whole table is read from the instances' versions (table scan --all)", sinkWhy, cl.Mode)
 		}
 		if t.Window != nil {

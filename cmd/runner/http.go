@@ -361,8 +361,10 @@ type scaleStatus struct {
 	Instances        int    `json:"instances"`
 	RepartitionTopic string `json:"repartition_topic"`
 	// OwnedBuckets are the buckets (repartition partitions) it applies, of
-	// Buckets.
+	// Buckets: with Ownership "group", those the owners group assigned it
+	// now (none during a handover).
 	OwnedBuckets    []int              `json:"owned_buckets"`
+	Ownership       string             `json:"ownership,omitempty"`
 	Buckets         int                `json:"buckets"`
 	InputPartitions map[string][]int32 `json:"input_partitions"`
 	// Stage1Healthy is false while stage 1 retries a failure, which
@@ -375,8 +377,11 @@ func scaleStatusOf(s *build.ScaleState) *scaleStatus {
 	if s == nil {
 		return nil
 	}
-	st := &scaleStatus{Instance: s.Instance, Instances: s.Instances, RepartitionTopic: s.RepartitionTopic, OwnedBuckets: s.Buckets, Buckets: s.Of,
+	st := &scaleStatus{Instance: s.Instance, Instances: s.Instances, RepartitionTopic: s.RepartitionTopic, OwnedBuckets: s.OwnedBuckets(), Buckets: s.Of,
 		InputPartitions: s.InputPartitions()}
+	if s.Dynamic() {
+		st.Ownership = string(pipelines.OwnershipGroup)
+	}
 	st.Stage1Healthy, st.Stage1Error = s.Stage1Health()
 	return st
 }

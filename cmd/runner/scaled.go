@@ -27,6 +27,9 @@ type tableScale struct {
 	// Buckets are the buckets this instance owns and applies, of Of.
 	Buckets []int `json:"buckets"`
 	Of      int   `json:"of"`
+	// Ownership is "group" when the buckets move between the instances
+	// (they are then those it owns now, or held at its stop).
+	Ownership string `json:"ownership,omitempty"`
 }
 
 func newTableScale(job string, instance, instances, buckets int) *tableScale {
@@ -34,11 +37,18 @@ func newTableScale(job string, instance, instances, buckets int) *tableScale {
 	return &tableScale{Job: job, Instance: instance, Instances: instances, Buckets: build.OwnedBuckets(sc, buckets), Of: buckets}
 }
 
+// dynamic reports whether the buckets move between the instances.
+func (s *tableScale) dynamic() bool { return s.Ownership == string(pipelines.OwnershipGroup) }
+
 // note is what table scan says of the rows it prints.
 func (s *tableScale) note(table string) string {
 	bs := make([]string, len(s.Buckets))
 	for i, b := range s.Buckets {
 		bs[i] = fmt.Sprint(b)
+	}
+	if s.dynamic() {
+		return fmt.Sprintf("runner: table %q holds only the buckets that instance %d of the scaled job %q owns (ownership group: they move between instances): "+
+			"%d of %d buckets (%s); `table scan --all` reads the whole table from its owner log", table, s.Instance, s.Job, len(s.Buckets), s.Of, strings.Join(bs, ", "))
 	}
 	return fmt.Sprintf("runner: table %q holds only the buckets of instance %d of %d of the scaled job %q: %d of %d buckets (%s); "+
 		"`table scan --all` reads the whole table from its changelog", table, s.Instance, s.Instances, s.Job, len(s.Buckets), s.Of, strings.Join(bs, ", "))
@@ -47,12 +57,19 @@ func (s *tableScale) note(table string) string {
 // scaleOf is the part of table name that this runner holds, nil when no
 // scaled job writes it.
 func (r *runner) scaleOf(name string, buckets int) *tableScale {
-	p, ok := build.ScaledWriter(r.pipelines(), name)
-	if !ok {
-		return nil
+	for _, j := range r.jobs {
+		p := j.Pipeline()
+		if p.Spec.Job.Scale == nil || len(p.Tables) == 0 || p.Tables[0].Spec.Name != name {
+			continue
+		}
+		st := j.Scale()
+		if !st.Dynamic() {
+			return newTableScale(p.Spec.Job.Name, st.Instance, st.Instances, buckets)
+		}
+		return &tableScale{Job: p.Spec.Job.Name, Instance: st.Instance, Buckets: st.OwnedBuckets(), Of: buckets,
+			Ownership: string(pipelines.OwnershipGroup)}
 	}
-	sc := p.Spec.Job.Scale
-	return newTableScale(p.Spec.Job.Name, sc.Instance, sc.Instances, buckets)
+	return nil
 }
 
 func (r *runner) pipelines() []*pipelines.Pipeline {
@@ -73,10 +90,32 @@ func localScale(dataDir string, t *aggmerge.Table) (*tableScale, error) {
 			if err != nil {
 				return nil, err
 			}
-			return newTableScale(info.Job, info.Instance, info.Instances, t.Schema().Buckets), nil
+			if !info.Dynamic {
+				return newTableScale(info.Job, info.Instance, info.Instances, t.Schema().Buckets), nil
+			}
+			held, err := heldBuckets(t)
+			return &tableScale{Job: info.Job, Instance: info.Instance, Buckets: held, Of: t.Schema().Buckets,
+				Ownership: string(pipelines.OwnershipGroup)}, err
 		}
 	}
 	return nil, nil
+}
+
+// heldBuckets returns the buckets of t that hold rows: under dynamic
+// ownership, those its instance owned at its stop (it empties the others).
+func heldBuckets(t *aggmerge.Table) ([]int, error) {
+	errHeld := errors.New("held")
+	var held []int
+	for b := range t.Schema().Buckets {
+		err := t.ScanBucket(b, func([]byte, aggmerge.Row) error { return errHeld })
+		switch {
+		case errors.Is(err, errHeld):
+			held = append(held, b)
+		case err != nil:
+			return nil, err
+		}
+	}
+	return held, nil
 }
 
 // readScaledTimeout bounds a whole-table read from the changelog.
@@ -133,6 +172,18 @@ func (r *runner) apiAllRows(w http.ResponseWriter, req *http.Request, t *aggmerg
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), readScaledTimeout)
 	defer cancel()
+	if p.Spec.Job.Scale.Ownership == pipelines.OwnershipGroup {
+		err := readOwnerLog(ctx, r.env, p, func(t *aggmerge.Table) error {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set(sourceHeader, ownerLogSource)
+			out := &jsonLines{w: w, cols: columns(t.Schema())}
+			return readRows(t, "", out.row)
+		})
+		if err != nil {
+			writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		}
+		return true
+	}
 	s, err := r.env.ReadScaled(ctx, p)
 	switch {
 	case errors.Is(err, build.ErrNoChangelog):
@@ -158,6 +209,29 @@ func (r *runner) apiAllRows(w http.ResponseWriter, req *http.Request, t *aggmerg
 // version each instance was read at, in instance order.
 const versionsHeader = "Ebbflow-Versions"
 
+// sourceHeader says, with the whole table of a scaled job with ownership
+// group, that it was read from the owner log (ownerLogSource).
+const (
+	sourceHeader   = "Ebbflow-Source"
+	ownerLogSource = "owner-log"
+)
+
+// ownerLogNote is what table scan --all says of a table read from its
+// owner log.
+func ownerLogNote(table string) string {
+	return fmt.Sprintf("runner: table %q whole, every bucket as its owner last published it, from its owner log", table)
+}
+
+// readOwnerLog reads the whole table of the scaled job p with ownership
+// group from its owner log (build.Env.ReadOwnerLog) and calls fn with it.
+func readOwnerLog(ctx context.Context, env *build.Env, p *pipelines.Pipeline, fn func(*aggmerge.Table) error) error {
+	t, closeTable, err := env.ReadOwnerLog(ctx, p)
+	if err != nil {
+		return err
+	}
+	return errors.Join(fn(t), closeTable())
+}
+
 // offlineAll reads the whole table of a scaled job of the job files from
 // its changelog, with no runner: from any process that reaches the
 // changelog's cluster. ok is false when no scaled job of the files writes
@@ -171,6 +245,16 @@ func offlineAll(stderr io.Writer, f *tableFlags, out *rowWriter) (ok bool, err e
 	defer cancel()
 	env := build.NewEnv(build.Options{DataDir: f.dataDir})
 	defer env.Close()
+	if p.Spec.Job.Scale.Ownership == pipelines.OwnershipGroup {
+		return true, readOwnerLog(ctx, env, p, func(t *aggmerge.Table) error {
+			fmt.Fprintln(stderr, ownerLogNote(f.table))
+			out.header(columns(t.Schema()))
+			if err := readRows(t, "", out.row); err != nil {
+				return err
+			}
+			return out.flush()
+		})
+	}
 	s, err := env.ReadScaled(ctx, p)
 	if errors.Is(err, build.ErrNoChangelog) {
 		return true, usageErr("%v", err)

@@ -183,8 +183,8 @@ func tableRead(w, stderr io.Writer, f *tableFlags) error {
 		return err
 	}
 	if sc != nil && f.all {
-		return usageErr("table %q holds only instance %d of %d of the scaled job %q, and no runner runs on %s: "+
-			"give the job file (-f, with the --set of run) to read the whole table from its changelog", f.table, sc.Instance, sc.Instances, sc.Job, f.dataDir)
+		return usageErr("table %q holds only a part of the scaled job %q (instance %d), and no runner runs on %s: "+
+			"give the job file (-f, with the --set of run) to read the whole table from its changelog (or owner log)", f.table, sc.Job, sc.Instance, f.dataDir)
 	}
 	if sc != nil {
 		fmt.Fprintln(stderr, sc.note(f.table))
@@ -258,6 +258,8 @@ func remoteRows(e *endpoint, stderr io.Writer, f *tableFlags, out *rowWriter) er
 		return e.refused(fmt.Sprintf("read table %q", table), resp)
 	}
 	switch {
+	case f.all && part != nil && resp.Header.Get(sourceHeader) == ownerLogSource:
+		fmt.Fprintln(stderr, ownerLogNote(table))
 	case f.all && part != nil:
 		fmt.Fprintln(stderr, sharedNote(table, strings.Split(resp.Header.Get(versionsHeader), ",")))
 	case part != nil:

@@ -33,6 +33,12 @@ type Config struct {
 	// from the checkpoint (created or matched later) start from the earliest
 	// offset.
 	Start StartPosition
+	// StartOnRestore makes Start apply on restore too: every partition
+	// begins at Start, never at its checkpointed offset (the positions of
+	// the restored checkpoint are then Start's). For the stage 2 of a
+	// scaled job with dynamic ownership, whose handovers say where each
+	// partition resumes (docs/SCALING.md). Not with Bounded or Align.
+	StartOnRestore bool
 	// Group is a consumer group that the offsets of completed checkpoints are
 	// committed to, for lag monitoring only, and that StartCommitted reads.
 	// Empty: no commits. Committed offsets are never read back on restore.
@@ -279,6 +285,9 @@ func (cfg Config) normalized() (Config, *regexp.Regexp, error) {
 		case cfg.Partitions != nil:
 			errs = append(errs, errors.New("align needs every partition in this job: not with Partitions"))
 		}
+	}
+	if cfg.StartOnRestore && (cfg.Bounded || cfg.Align != nil) {
+		errs = append(errs, errors.New("StartOnRestore is not for a bounded or aligned source"))
 	}
 	if cfg.EventTime != nil {
 		if err := cfg.EventTime.validate(); err != nil {

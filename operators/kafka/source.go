@@ -271,7 +271,14 @@ func (r *reader[T]) goBackground(f func(context.Context)) {
 func (r *reader[T]) startOffsets(ctx *runtime.Context) (start, stops map[topicPartition]int64, err error) {
 	cfg := &r.src.cfg
 	restored := false
-	if ctx.RestoredOK {
+	if ctx.RestoredOK && cfg.StartOnRestore {
+		defer func() {
+			if err == nil && cfg.Positions != nil {
+				cfg.Positions.restored(ctx.Restored, start)
+			}
+		}()
+	}
+	if ctx.RestoredOK && !cfg.StartOnRestore {
 		all, err := decodeOffsets(ctx.State.Unions[offsetsUnion])
 		if err != nil {
 			return nil, nil, err

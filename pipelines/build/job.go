@@ -35,9 +35,13 @@ type Job struct {
 	side []func(context.Context) error
 	// scale is what a scaled job's instance owns (nil: not scaled).
 	scale *ScaleState
+	// dyn runs stage 2 of a scaled job with dynamic ownership in
+	// incarnations (nil: rt is the job).
+	dyn *dynamicStage2
 	// startAny: the data directory held checkpoints of the job when it
 	// was built (it restores them).
 	startAny bool
+	opts     runtime.Options // rt's
 }
 
 // healthChecker is a Kafka source of any record type.
@@ -58,7 +62,7 @@ func (e *Env) Build(p *pipelines.Pipeline, restore runtime.RestorePoint) (*Job, 
 	if l := e.opts.Listener; l != nil {
 		opts.Listener = func(ev runtime.Event) { l(p.Spec.Job.Name, ev) }
 	}
-	j := &Job{p: p, rt: runtime.NewJob(opts)}
+	j := &Job{p: p, rt: runtime.NewJob(opts), opts: opts}
 	if cps, err := ListCheckpoints(e.opts.DataDir, p.Spec.Job.Name); err == nil && len(cps) > 0 {
 		j.startAny = true
 	}
@@ -378,7 +382,11 @@ func (j *Job) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	failed, err := runBeside(ctx, j.rt.Run, append(runs, j.side...))
+	main := j.rt.Run
+	if j.dyn != nil {
+		main = j.dyn.owners.Run
+	}
+	failed, err := runBeside(ctx, main, append(runs, j.side...))
 	if failed != nil {
 		return fmt.Errorf("job %q: %w", j.Name(), failed)
 	}
@@ -418,13 +426,32 @@ func runBeside(ctx context.Context, main func(context.Context) error, side []fun
 }
 
 // Stop asks the job to stop with a final checkpoint.
-func (j *Job) Stop() { j.rt.Stop() }
+func (j *Job) Stop() {
+	if j.dyn != nil {
+		j.dyn.owners.Stop()
+		return
+	}
+	j.rt.Stop()
+}
+
+// rtNow returns the runtime job running now: rt, or stage 2's current
+// incarnation.
+func (j *Job) rtNow() *runtime.Job {
+	if j.dyn != nil {
+		return j.dyn.current()
+	}
+	return j.rt
+}
 
 // Healthy reports whether every Kafka source reaches its brokers, and
 // stage 1 of a scaled job runs without a failure.
 func (j *Job) Healthy() (bool, string) {
 	var bad []string
-	for _, s := range j.sources {
+	sources := j.sources
+	if j.dyn != nil {
+		sources = append(slices.Clone(sources), j.dyn.sources()...)
+	}
+	for _, s := range sources {
 		if ok, msg := s.Healthy(); !ok {
 			bad = append(bad, msg)
 		}
@@ -441,14 +468,14 @@ func (j *Job) Healthy() (bool, string) {
 }
 
 // Status returns the runtime job's status (see runtime.Job.Status).
-func (j *Job) Status() runtime.JobStatus { return j.rt.Status() }
+func (j *Job) Status() runtime.JobStatus { return j.rtNow().Status() }
 
 // Edges returns the edges of the runtime job's graph (runtime.Job.Edges).
-func (j *Job) Edges() []runtime.Edge { return j.rt.Edges() }
+func (j *Job) Edges() []runtime.Edge { return j.rtNow().Edges() }
 
 // Ready reports whether the job has completed a checkpoint since it began
 // to run: restore and undo are then behind it and its sources read.
-func (j *Job) Ready() bool { return j.rt.Status().Completed > 0 }
+func (j *Job) Ready() bool { return j.rtNow().Status().Completed > 0 }
 
 // Restoring reports whether the job started from a data directory holding
 // checkpoints (and so restores and undoes before it reads).

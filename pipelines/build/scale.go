@@ -9,12 +9,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
@@ -59,15 +61,12 @@ func (e *Env) scaled(j *Job) error {
 		}
 		return true, off.Write(0, row, w)
 	})
-	owned := repartition.Owned(buckets, sc.Instance, sc.Instances)
 	stage1 := repartition.NewStatus()
-	j.scale = &ScaleState{Instance: sc.Instance, Instances: sc.Instances, RepartitionTopic: topic, Buckets: OwnedBuckets(sc, buckets), Of: buckets,
-		stage1: stage1}
+	j.scale = &ScaleState{Instance: sc.Instance, Instances: sc.Instances, RepartitionTopic: topic, Of: buckets, stage1: stage1}
 	metrics, err := repartition.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"job": p.Spec.Job.Name}, e.opts.Registerer))
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	metrics.Owned(len(owned))
 	onError, err := kafka.ParseErrorPolicy(string(k.OnError))
 	if err != nil {
 		return err
@@ -80,10 +79,17 @@ func (e *Env) scaled(j *Job) error {
 		Topic: topic, Buckets: buckets, TransactionalID: fmt.Sprintf("ebbflow-%s-%s-repartition-%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance),
 		InstanceID:         fmt.Sprintf("%s-%d", p.Spec.Job.Name, sc.Instance),
 		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
+		SessionTimeout:     sc.SessionTimeout.Std(),
 		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1,
 		OnError: onError, DeadLetterTopic: k.DeadLetterTopic}
 	j.side = append(j.side, func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) })
 
+	if sc.Ownership == pipelines.OwnershipGroup {
+		return e.dynamic(j, conn, codec, cfg, metrics)
+	}
+	owned := repartition.Owned(buckets, sc.Instance, sc.Instances)
+	j.scale.Buckets = OwnedBuckets(sc, buckets)
+	metrics.Owned(len(owned))
 	src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic,
 		Owned: owned}, codec)
 	if err != nil {
@@ -94,6 +100,80 @@ func (e *Env) scaled(j *Job) error {
 	return writer.To(rows, p.Spec.Sinks[0].Name, cfg, repartition.Mapper)
 }
 
+// dynamicStage2 is stage 2 of a scaled job with ownership group: the
+// owners group's assignment, and the incarnation of stage 2 that applies
+// it now (repartition.Owners).
+type dynamicStage2 struct {
+	owners *repartition.Owners
+	mu     struct {
+		sync.Mutex
+		rt  *runtime.Job
+		src healthChecker
+	}
+}
+
+func (d *dynamicStage2) current() *runtime.Job {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.rt
+}
+
+func (d *dynamicStage2) sources() []healthChecker {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.src == nil {
+		return nil
+	}
+	return []healthChecker{d.mu.src}
+}
+
+// dynamic wires stage 2 under dynamic ownership (docs/SCALING.md,
+// "Dynamic ownership"): each assignment of the group <job>.owners starts
+// an incarnation of stage 2, a runtime job like the static one over the
+// partitions assigned, each read from its handover's resume offset. The
+// first incarnation restores the run's restore point; the later ones the
+// latest checkpoint, the previous incarnation's final one.
+func (e *Env) dynamic(j *Job, conn kafka.Connection, codec *repartition.Codec, cfg writer.Config, metrics *repartition.Metrics) error {
+	p := j.p
+	sc := p.Spec.Job.Scale
+	topic := p.RepartitionTopic()
+	d := &dynamicStage2{}
+	d.mu.rt = j.rt
+	first := true
+	stage2 := func(owned []int32, resume map[int32]int64, positions *kafka.Positions) (repartition.Stage2, error) {
+		opts := j.opts
+		if !first {
+			opts.Restore = runtime.RestoreLatest
+		}
+		rt := j.rt
+		if !first {
+			rt = runtime.NewJob(opts)
+		}
+		first = false
+		src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic, Owned: owned,
+			Resume: resume, ResumeOnRestore: true, Positions: positions}, codec)
+		if err != nil {
+			return nil, err
+		}
+		rows := runtime.FromSource(rt, "repartition", src.New)
+		if err := writer.To(rows, p.Spec.Sinks[0].Name, cfg, repartition.Mapper); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.mu.rt, d.mu.src = rt, src
+		d.mu.Unlock()
+		return rt, nil
+	}
+	d.owners = repartition.NewOwners(repartition.OwnersConfig{
+		Owner: repartition.OwnerConfig{Kafka: conn, Topic: topic,
+			Owner: fmt.Sprintf("%s/%s#%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance)},
+		Table: cfg.Table, Group: p.Spec.Job.Name + ".owners", SessionTimeout: sc.SessionTimeout.Std(),
+		Stage2: stage2, Logger: e.log.With("job", p.Spec.Job.Name, "stage", 2), Metrics: metrics})
+	j.dyn = d
+	j.scale.owned = d.owners.Owned
+	return nil
+}
+
 // scaleLayout is what a data directory records of the scaled job it runs:
 // which buckets its table holds.
 type scaleLayout struct {
@@ -101,9 +181,15 @@ type scaleLayout struct {
 	Instance  int    `json:"instance"`
 	Instances int    `json:"instances"`
 	Topic     string `json:"repartition_topic"`
+	// Ownership is "group" for dynamic ownership; empty: static (as
+	// files written before it say).
+	Ownership string `json:"ownership,omitempty"`
 }
 
 func (l scaleLayout) String() string {
+	if l.Ownership == string(pipelines.OwnershipGroup) {
+		return fmt.Sprintf("instance %d with ownership group (repartition topic %s)", l.Instance, l.Topic)
+	}
 	return fmt.Sprintf("instance %d of %d (repartition topic %s)", l.Instance, l.Instances, l.Topic)
 }
 
@@ -142,6 +228,9 @@ func (e *Env) checkScale(j *Job) error {
 		return nil
 	}
 	now := scaleLayout{Mode: string(sc.Mode), Instance: sc.Instance, Instances: sc.Instances, Topic: p.RepartitionTopic()}
+	if sc.Ownership == pipelines.OwnershipGroup {
+		now.Ownership, now.Instances = string(sc.Ownership), 0 // any number of instances
+	}
 	switch {
 	case had == nil && j.startAny:
 		return fmt.Errorf("%w: job %q has checkpoints of a run without job.scale in %s: a scaled instance cannot take over that table "+
@@ -149,7 +238,7 @@ func (e *Env) checkScale(j *Job) error {
 			runtime.ErrRestore, p.Spec.Job.Name, CheckpointDir(e.opts.DataDir, p.Spec.Job.Name))
 	case had != nil && *had != now:
 		return fmt.Errorf("%w: %s: the data directory holds %s, and the file asks for %s: "+
-			"moving buckets between instances needs failover, which is not built yet (docs/SCALING.md); run it as before, or use a new data directory",
+			"moving buckets between instances needs failover, ownership group, from its first run on (docs/SCALING.md); run it as before, or use a new data directory",
 			runtime.ErrRestore, path, had, now)
 	case had == nil:
 		if err := state.MkdirSync(filepath.Dir(path)); err != nil {

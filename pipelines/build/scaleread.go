@@ -11,6 +11,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
 )
@@ -41,10 +42,31 @@ type ScaleState struct {
 	Instance, Instances int
 	RepartitionTopic    string
 	// Buckets are the buckets (the repartition partitions) the instance
-	// owns and applies, of Of.
+	// owns and applies, of Of, with ownership static (OwnedBuckets says
+	// which it applies now, whatever the ownership).
 	Buckets []int
 	Of      int
 	stage1  *repartition.Status
+	owned   func() []int32 // with ownership group
+}
+
+// Dynamic reports whether the buckets move between the instances
+// (ownership group).
+func (s *ScaleState) Dynamic() bool { return s.owned != nil }
+
+// OwnedBuckets returns the buckets the instance applies now, sorted: with
+// ownership group those the owners group assigned it (none during a
+// handover).
+func (s *ScaleState) OwnedBuckets() []int {
+	if s.owned == nil {
+		return s.Buckets
+	}
+	ps := s.owned()
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = int(p)
+	}
+	return out
 }
 
 // InputPartitions returns the input partitions the consumer group
@@ -65,6 +87,7 @@ type ScaleInfo struct {
 	Job                 string
 	Instance, Instances int
 	Topic               string // the repartition topic
+	Dynamic             bool   // ownership group: the buckets move
 }
 
 // ReadScaleInfo reads which instance of job the data directory runs; ok
@@ -82,7 +105,8 @@ func ReadScaleInfo(dataDir, job string) (info ScaleInfo, ok bool, err error) {
 	if err := json.Unmarshal(b, &l); err != nil {
 		return ScaleInfo{}, false, fmt.Errorf("read %s: %w", path, err)
 	}
-	return ScaleInfo{Job: job, Instance: l.Instance, Instances: l.Instances, Topic: l.Topic}, true, nil
+	return ScaleInfo{Job: job, Instance: l.Instance, Instances: l.Instances, Topic: l.Topic,
+		Dynamic: l.Ownership == string(pipelines.OwnershipGroup)}, true, nil
 }
 
 // ScaledWriter finds the scaled job among ps that writes table: a scaled
@@ -123,4 +147,30 @@ func (e *Env) ReadScaled(ctx context.Context, p *pipelines.Pipeline) (*export.Sh
 			VersionsTopic: ScaledVersionsTopic(cl.Topic, i), Partitions: OwnedBuckets(&sc, t.Spec.Buckets)})
 	}
 	return export.ReadShared(ctx, cfg)
+}
+
+// ReadOwnerLog reads the whole table of the scaled job p with ownership
+// group from its owner log, every bucket as its owner last published it
+// (repartition.ReadAll), into a table of its own in a temporary folder;
+// close removes both. From any process that reaches the job's cluster.
+func (e *Env) ReadOwnerLog(ctx context.Context, p *pipelines.Pipeline) (t *aggmerge.Table, close func() error, err error) {
+	conn, err := e.KafkaConnection(p.Spec.Sources[0].Kafka.Connection)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "ebbflow-owner-log-")
+	if err != nil {
+		return nil, nil, err
+	}
+	tmp := NewEnv(Options{DataDir: dir, Logger: e.log})
+	close = func() error { return errors.Join(tmp.Close(), os.RemoveAll(dir)) }
+	name := p.Tables[0].Spec.Name
+	if err := tmp.OpenTables([]*pipelines.Pipeline{p}); err != nil {
+		return nil, nil, errors.Join(err, close())
+	}
+	t = tmp.tables[name]
+	if _, err := repartition.ReadAll(ctx, conn, p.RepartitionTopic(), t); err != nil {
+		return nil, nil, errors.Join(err, close())
+	}
+	return t, close, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -37,6 +38,17 @@ type OwnerConfig struct {
 	// same for every owner of a partition: it is what fences the previous
 	// one.
 	TransactionalID string
+	// Clear makes every Take leave the bucket exactly as of the owner
+	// log's last seal, whatever the table held: a bucket with changes past
+	// the last seal of this table (committed by a stage 2 whose publisher
+	// lagged), or with rows of an earlier ownership, is cleared and
+	// rebuilt. Only safe when the table's writer has no undo pending (its
+	// stage 2 restored, undid and stopped since), and when stage 2 then
+	// reads the partition from the Handover's Resume, not from its own
+	// checkpoint: dynamic ownership (Owners, docs/SCALING.md). Without it a
+	// table of the last seal is kept as it is (stage 2 restores its
+	// checkpoint), and a bucket holding other writes is refused.
+	Clear bool
 }
 
 func (cfg OwnerConfig) transactionalID(p int32) string {
@@ -47,8 +59,13 @@ func (cfg OwnerConfig) transactionalID(p int32) string {
 	return fmt.Sprintf("%s-%d", prefix, p)
 }
 
-// rebuildWriter is the writer id of a rebuild's writes to a table.
-func (cfg OwnerConfig) rebuildWriter() string { return cfg.Owner + "/rebuild" }
+// rebuildWriter is the writer id of a rebuild's (and a clear's) writes to
+// a table. It holds no '#': an id "<job>/<sink>#…" would be of the group
+// of stage 2's writer (base.GroupOf), whose undo would then take the
+// rebuilt rows back.
+func (cfg OwnerConfig) rebuildWriter() string {
+	return strings.ReplaceAll(cfg.Owner, "#", "@") + "/rebuild"
+}
 
 // Handover is a partition taken over by Take: its owner-log producer (which
 // fenced the previous owner), the claimed epoch, and where stage 2 and the
@@ -128,45 +145,25 @@ func (h *Handover) take(ctx context.Context, conn []kgo.Opt, topic string, table
 		return fmt.Errorf("fence the previous owner: %w", err)
 	}
 	// 2. Read the owner log to its end, checking the chain.
-	chain := newOwnerChain(h.Partition)
-	images := map[string][]agg.Value{}
-	var slab []agg.Value // the images' values, allocated in chunks
-	columns, buckets := len(table.Schema().Values), table.Schema().Buckets
-	var rec ownerRecord
-	err := readOwnerLog(ctx, conn, topic, []int32{h.Partition}, func(r *kgo.Record) error {
-		h.Read++
-		if err := decodeOwner(r.Value, columns, &rec); err != nil {
-			return fmt.Errorf("%s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
-		}
-		if err := chain.add(r.Offset, &rec); err != nil {
-			return err
-		}
-		if rec.seal != nil {
-			return nil
-		}
-		if b := base.BucketOf(r.Key, buckets); b != int(h.Partition) {
-			return fmt.Errorf("%w: %s/%d@%d: a row of bucket %d", ErrOwnerLog, r.Topic, r.Partition, r.Offset, b)
-		}
-		if rec.vals == nil {
-			images[string(r.Key)] = nil
-			return nil
-		}
-		if len(slab)+columns > cap(slab) {
-			slab = make([]agg.Value, 0, 1024*columns)
-		}
-		slab = append(slab, rec.vals...)
-		images[string(r.Key)] = slab[len(slab)-columns : len(slab) : len(slab)]
-		return nil
-	})
+	read, err := readImages(ctx, conn, topic, []int32{h.Partition}, table.Schema())
 	if err != nil {
 		return err
 	}
+	chain, images := read[h.Partition].chain, read[h.Partition].images
+	h.Read = read[h.Partition].records
 	last := chain.seal
 	if chain.last < 0 {
 		last.Resume = 0 // nobody owned it: the partition from its start
 	}
 	// 3. Rebuild, unless the table still holds the bucket.
-	if chain.last >= 0 && last.Table == table.ID() {
+	kept := chain.last >= 0 && last.Table == table.ID()
+	if kept && h.cfg.Clear {
+		if kept, err = changedSince(table, int(h.Partition), last.LogTo); err != nil {
+			return err
+		}
+		kept = !kept
+	}
+	if kept {
 		_, end, err := table.LogOffsets(int(h.Partition))
 		if err != nil {
 			return err
@@ -192,6 +189,84 @@ func (h *Handover) take(ctx context.Context, conn []kgo.Opt, topic string, table
 	return nil
 }
 
+// partitionImages is what an owner-log partition holds: its chain of
+// seals, checked, and the last image of each key (nil: a tombstone).
+type partitionImages struct {
+	chain   ownerChain
+	images  map[string][]agg.Value
+	records int
+}
+
+// readImages reads partitions of an owner log to their end, checking each
+// chain (ErrTwoOwners), keeping the last image of each key.
+func readImages(ctx context.Context, conn []kgo.Opt, topic string, partitions []int32, schema aggmerge.Schema) (map[int32]*partitionImages, error) {
+	out := make(map[int32]*partitionImages, len(partitions))
+	for _, p := range partitions {
+		out[p] = &partitionImages{chain: newOwnerChain(p), images: map[string][]agg.Value{}}
+	}
+	var slab []agg.Value // the images' values, allocated in chunks
+	columns, buckets := len(schema.Values), schema.Buckets
+	var rec ownerRecord
+	err := readOwnerLog(ctx, conn, topic, partitions, func(r *kgo.Record) error {
+		pi := out[r.Partition]
+		pi.records++
+		if err := decodeOwner(r.Value, columns, &rec); err != nil {
+			return fmt.Errorf("%s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+		if err := pi.chain.add(r.Offset, &rec); err != nil {
+			return err
+		}
+		if rec.seal != nil {
+			return nil
+		}
+		if b := base.BucketOf(r.Key, buckets); b != int(r.Partition) {
+			return fmt.Errorf("%w: %s/%d@%d: a row of bucket %d", ErrOwnerLog, r.Topic, r.Partition, r.Offset, b)
+		}
+		if rec.vals == nil {
+			pi.images[string(r.Key)] = nil
+			return nil
+		}
+		if len(slab)+columns > cap(slab) {
+			slab = make([]agg.Value, 0, 1024*columns)
+		}
+		slab = append(slab, rec.vals...)
+		pi.images[string(r.Key)] = slab[len(slab)-columns : len(slab) : len(slab)]
+		return nil
+	})
+	return out, err
+}
+
+// ReadAll writes into table, which must be empty, every bucket of a
+// repartition topic's owner log as of its last seal: the whole table of a
+// scaled job with dynamic ownership, every bucket as its owner last
+// published it (table scan --all). It checks every partition's chain
+// (ErrTwoOwners) and returns the rows written. The table's schema is the
+// scaled job's.
+func ReadAll(ctx context.Context, conn kafka.Connection, repartitionTopic string, table *aggmerge.Table) (int, error) {
+	opts, err := conn.Options()
+	if err != nil {
+		return 0, fmt.Errorf("read owner log: %w", err)
+	}
+	buckets := table.Schema().Buckets
+	ps := make([]int32, buckets)
+	for p := range ps {
+		ps[p] = int32(p)
+	}
+	read, err := readImages(ctx, opts, OwnerLogTopic(repartitionTopic), ps, table.Schema())
+	if err != nil {
+		return 0, fmt.Errorf("read owner log of %s: %w", repartitionTopic, err)
+	}
+	rows := 0
+	for _, p := range ps {
+		h := &Handover{cfg: OwnerConfig{Owner: "read-all"}, Partition: p}
+		if _, err := h.rebuild(table, read[p].images); err != nil {
+			return 0, fmt.Errorf("read owner log of %s: %w", repartitionTopic, err)
+		}
+		rows += h.Rebuilt
+	}
+	return rows, nil
+}
+
 // rebuild writes the images into the partition's bucket of table, which
 // must hold no rows but those of an earlier rebuild that was never claimed
 // (a crash between rebuild and claim); it returns the log end after it.
@@ -202,15 +277,17 @@ func (h *Handover) rebuild(table *aggmerge.Table, images map[string][]agg.Value)
 		return 0, err
 	}
 	rebuilder := h.cfg.rebuildWriter()
-	err = table.ReadLogWith(bucket, start, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
-		if e.Writer.ID != rebuilder {
-			return fmt.Errorf("%w: bucket %d of %s holds writes of %s (log offset %d): the table applied the partition before, "+
-				"under another owner's seals; take it over with a new table", ErrHandover, bucket, table.Dir(), e.Writer.ID, e.Offset)
+	if !h.cfg.Clear {
+		err = table.ReadLogWith(bucket, start, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
+			if e.Writer.ID != rebuilder {
+				return fmt.Errorf("%w: bucket %d of %s holds writes of %s (log offset %d): the table applied the partition before, "+
+					"under another owner's seals; take it over with a new table", ErrHandover, bucket, table.Dir(), e.Writer.ID, e.Offset)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
 	}
 	b, err := table.NewBatch(aggmerge.Writer{ID: rebuilder}, nil)
 	if err != nil {
@@ -225,21 +302,10 @@ func (h *Handover) rebuild(table *aggmerge.Table, images map[string][]agg.Value)
 		return err
 	}
 	if end > start {
-		// An unclaimed rebuild: its rows go, the images come back.
-		err := table.ScanBucket(bucket, func(key []byte, _ aggmerge.Row) error {
-			if err := b.DeleteEncoded(aggmerge.Overwrite, append([]byte(nil), key...)); err != nil {
-				return err
-			}
-			if b.Len() >= rebuildBatch {
-				return flush()
-			}
-			return nil
-		})
-		if err == nil {
-			err = flush()
-		}
-		if err != nil {
-			return 0, fmt.Errorf("clear bucket %d: %w", bucket, err)
+		// An unclaimed rebuild (or, with Clear, any earlier state): its
+		// rows go, the images come back.
+		if _, err := clearBucket(table, b, bucket, flush); err != nil {
+			return 0, err
 		}
 	}
 	for key, vals := range images {
@@ -265,6 +331,53 @@ func (h *Handover) rebuild(table *aggmerge.Table, images map[string][]agg.Value)
 	_, end, err = table.LogOffsets(bucket)
 	return end, err
 }
+
+// clearBucket deletes every row of bucket with b, applying it with flush
+// every rebuildBatch rows, and returns how many it deleted.
+func clearBucket(table *aggmerge.Table, b *aggmerge.Batch, bucket int, flush func() error) (int, error) {
+	n := 0
+	err := table.ScanBucket(bucket, func(key []byte, _ aggmerge.Row) error {
+		n++
+		if err := b.DeleteEncoded(aggmerge.Overwrite, append([]byte(nil), key...)); err != nil {
+			return err
+		}
+		if b.Len() >= rebuildBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("clear bucket %d: %w", bucket, err)
+	}
+	return n, nil
+}
+
+// changedSince reports whether the bucket's log holds a change of a row (an
+// entry that is not a marker) at or past offset from, or may have held one
+// (its log was truncated past from).
+func changedSince(table *aggmerge.Table, bucket int, from uint64) (bool, error) {
+	start, _, err := table.LogOffsets(bucket)
+	if err != nil || from < start {
+		return true, err
+	}
+	changed := false
+	err = table.ReadLogWith(bucket, from, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
+		if e.Op != aggmerge.MarkerEntry {
+			changed = true
+			return errStopRead
+		}
+		return nil
+	})
+	if errors.Is(err, errStopRead) {
+		err = nil
+	}
+	return changed, err
+}
+
+var errStopRead = errors.New("stop reading")
 
 // commit writes rows and then seal to the owner log in one transaction
 // and returns the seal's offset.

@@ -2,6 +2,7 @@ package repartition
 
 import (
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -12,6 +13,9 @@ type Metrics struct {
 	sent, committed, aborted, failures prometheus.Counter
 	skipped, deadLettered              prometheus.Counter
 	owned, input                       prometheus.Gauge
+	// Dynamic ownership (Owners).
+	rebalances, rowsRebuilt prometheus.Counter
+	handoverSeconds         prometheus.Histogram
 }
 
 // NewMetrics registers stage 1's metrics with reg.
@@ -33,11 +37,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Repartition partitions (buckets) this instance owns and applies."}),
 		input: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ebbflow_repartition_input_partitions",
 			Help: "Input partitions the consumer group assigned to this instance's stage 1."}),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_rebalances_total",
+			Help: "Assignments of the owners group (<job>.owners) that stage 2 started again on (dynamic ownership)."}),
+		rowsRebuilt: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_rows_rebuilt_total",
+			Help: "Rows written to the table from the owner log by handovers (dynamic ownership)."}),
+		handoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_repartition_handover_seconds",
+			Help:    "Time from an assignment of the owners group to stage 2 applying it: the stop of the previous stage 2, the handovers (fence, read, rebuild, claim) and the start (dynamic ownership).",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_failures_total",
 			Help: "Stage-1 sessions that failed and were started again after a backoff (a broker outage: a poll, a write or a commit failing)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed} {
+	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed, m.rebalances, m.rowsRebuilt, m.handoverSeconds} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -57,4 +68,30 @@ func (m *Metrics) inputPartitions(st *Status) {
 		n += len(ps)
 	}
 	m.input.Set(float64(n))
+}
+
+// ownedPartitions records how many partitions stage 2 applies now (nothing
+// on nil Metrics).
+func (m *Metrics) ownedPartitions(n int) {
+	if m != nil {
+		m.Owned(n)
+	}
+}
+
+func (m *Metrics) rebalance() {
+	if m != nil {
+		m.rebalances.Inc()
+	}
+}
+
+func (m *Metrics) rebuilt(rows int) {
+	if m != nil {
+		m.rowsRebuilt.Add(float64(rows))
+	}
+}
+
+func (m *Metrics) handover(d time.Duration) {
+	if m != nil {
+		m.handoverSeconds.Observe(d.Seconds())
+	}
 }

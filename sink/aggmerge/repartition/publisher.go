@@ -16,6 +16,12 @@ import (
 // finalPublish bounds the last round of a stopping Publisher.
 const finalPublish = 30 * time.Second
 
+// PublisherHold is the log hold (aggmerge.Table.Hold) of the Publishers of
+// a table: each holds its bucket's log from its last seal's LogTo, so that
+// the table's truncation never takes what it has not published, nor what
+// a handover of the bucket back to this table compares against.
+const PublisherHold = "repartition-publisher"
+
 // Publisher publishes what stage 2 committed of one owned partition's
 // bucket to the owner log: it tails the bucket's log from the handover's
 // From, and at each commit marker of a checkpoint whose repartition
@@ -168,5 +174,5 @@ func (pb *Publisher) publish(ctx context.Context, m aggmerge.Marker) error {
 	}
 	pb.h.last, pb.resume, pb.published = off, resume, pb.published+len(rows)
 	pb.pending = append(pb.pending[:0], pb.pending[n:]...)
-	return nil
+	return pb.table.Hold(PublisherHold, map[int]uint64{int(pb.h.Partition): m.To})
 }

@@ -35,6 +35,11 @@ type SourceConfig struct {
 	// (partition → offset; unlisted: the earliest): the handovers' Resume.
 	// A restore reads from the job's checkpoint.
 	Resume map[int32]int64
+	// ResumeOnRestore makes Resume apply on restore too, instead of the
+	// checkpoint's offsets (kafka.Config.StartOnRestore): under dynamic
+	// ownership every start of stage 2 follows a handover of each owned
+	// partition (Owners).
+	ResumeOnRestore bool
 	// Positions, if set, records the source's position in every owned
 	// partition at each checkpoint, for the Publishers.
 	Positions *kafka.Positions
@@ -54,11 +59,12 @@ func NewSource(cfg SourceConfig, c *Codec) (*kafka.Source[writer.Row], error) {
 		start = kafka.StartOffsets(map[string]map[int32]int64{cfg.Topic: cfg.Resume})
 	}
 	src, err := kafka.NewSource(kafka.Config{
-		Connection: cfg.Kafka,
-		Topics:     []string{cfg.Topic},
-		Partitions: cfg.Owned,
-		Start:      start,
-		Positions:  cfg.Positions,
+		Connection:     cfg.Kafka,
+		Topics:         []string{cfg.Topic},
+		Partitions:     cfg.Owned,
+		Start:          start,
+		StartOnRestore: cfg.ResumeOnRestore,
+		Positions:      cfg.Positions,
 	}, func() kafka.Decoder[writer.Row] {
 		return func(r *kgo.Record) (writer.Row, error) {
 			var row writer.Row

@@ -1,0 +1,216 @@
+package repartition
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators/kafka"
+	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
+)
+
+// dynamic is an instance of the scaled job with dynamic ownership: stage 1
+// as in the static tests, stage 2 under Owners.
+type dynamic struct {
+	table  *aggmerge.Table
+	owners *Owners
+	stop1  context.CancelFunc
+	kill   context.CancelFunc // ends stage 2 without a final checkpoint
+	done1  chan error
+	done2  chan error
+}
+
+func startDynamic(t *testing.T, brokers []string, input, topic string, i int) *dynamic {
+	ctx := t.Context()
+	dir := t.TempDir()
+	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = table.Close() })
+	codec, err := NewCodec(table, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dynamic{table: table, done1: make(chan error, 1), done2: make(chan error, 1)}
+	conn := kafka.Connection{Brokers: brokers}
+	w, err := NewWriter(ctx, WriterConfig{Kafka: conn, Group: topic + "-group", Input: []string{input}, Topic: topic,
+		Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, stop1 := context.WithCancel(ctx)
+	d.stop1 = stop1
+	send := codec.Sender(orderRow)
+	go func() { d.done1 <- w.Run(ctx1, 50*time.Millisecond, send) }()
+
+	d.owners = NewOwners(OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
+		SessionTimeout: 6 * time.Second,
+		Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
+			src, err := NewSource(SourceConfig{Kafka: conn, Topic: topic, Owned: owned, Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
+			if err != nil {
+				return nil, err
+			}
+			job := runtime.NewJob(runtime.Options{Name: "scale", DataDir: dir,
+				Checkpoint: runtime.CheckpointOptions{Interval: 50 * time.Millisecond}})
+			rows := runtime.FromSource(job, "repartition", src.New)
+			return job, writer.To(rows, "totals", writer.Config{Table: table}, Mapper)
+		}})
+	ctx2, kill := context.WithCancel(ctx)
+	d.kill = kill
+	go func() { d.done2 <- d.owners.Run(ctx2) }()
+	return d
+}
+
+// stop ends stage 1, then stage 2 with a final checkpoint.
+func (d *dynamic) stop(t *testing.T) {
+	d.stop1()
+	if err := <-d.done1; err != nil {
+		t.Errorf("stage 1: %v", err)
+	}
+	d.owners.Stop()
+	if err := <-d.done2; err != nil {
+		t.Errorf("stage 2: %v", err)
+	}
+}
+
+// unionDiff says how the union of the instances' tables differs from
+// want, or which key is in two of them ("" when neither).
+func unionDiff(t *testing.T, ds []*dynamic, want totals) string {
+	got := make(totals)
+	for n, d := range ds {
+		part := make(totals)
+		(&instance{table: d.table}).scan(t, part, false)
+		for u, v := range part {
+			if _, dup := got[u]; dup {
+				return fmt.Sprintf("user %s in two tables (instance %d's too)", u, n)
+			}
+			got[u] = v
+		}
+	}
+	return diff(got, want)
+}
+
+// TestOwnersRebalance runs one job in three instances under dynamic
+// ownership (the group <topic>-owners over the repartition topic). Input
+// keeps arriving; one instance's stage 2 is aborted (no final checkpoint,
+// its partitions are given up through the group) and a fourth instance
+// joins later. Each handover takes its partitions over from the owner log.
+// Each time, the union of the live instances' tables equals the exact
+// totals and they own every partition once; at the end (all stopped) the
+// owner log holds the exact totals (ReadAll), and CheckOwners passes.
+func TestOwnersRebalance(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	brokers := kafkatest.Brokers(t)
+	in := kafkatest.NewTopic(t, brokers, scaleInput)
+	topic := kafkatest.TopicName(t, brokers)
+	want := make(totals)
+	seq := 0
+	produce := func(n int) {
+		kafkatest.Produce(t, brokers, input(rng, in, seq, n, want)...)
+		seq += n
+	}
+	produce(600)
+	ds := []*dynamic{startDynamic(t, brokers, in, topic, 0), startDynamic(t, brokers, in, topic, 1), startDynamic(t, brokers, in, topic, 2)}
+	kafkatest.WaitGroupShared(t, brokers, topic+"-owners", 3)
+	produce(300)
+	waitOwned(t, ds)
+	waitDynamic(t, ds, want)
+
+	ds[1].stop1()
+	<-ds[1].done1
+	ds[1].kill()
+	<-ds[1].done2
+	ds = slices.Delete(ds, 1, 2)
+	for range 3 {
+		produce(100)
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitOwned(t, ds)
+	waitDynamic(t, ds, want)
+
+	ds = append(ds, startDynamic(t, brokers, in, topic, 3))
+	for range 3 {
+		produce(100)
+		time.Sleep(20 * time.Millisecond)
+	}
+	kafkatest.WaitGroupShared(t, brokers, topic+"-owners", 3)
+	waitOwned(t, ds)
+	waitDynamic(t, ds, want)
+	for _, d := range ds {
+		d.stop(t)
+	}
+	// Stopped one after the other, the last ones took the first ones'
+	// buckets over: the whole table is the owner log's.
+	whole := freshTable(t)
+	rows, err := ReadAll(t.Context(), kafka.Connection{Brokers: brokers}, topic, whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(union(t, []*instance{{table: whole}}, false), want); d != "" {
+		t.Fatalf("the owner log after the stop: %s", d)
+	}
+	t.Logf("the owner log holds %d rows", rows)
+	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitOwned waits until the instances own every partition between them,
+// each once.
+func waitOwned(t *testing.T, ds []*dynamic) {
+	t.Helper()
+	deadline := time.Now().Add(kafkatest.Timeout)
+	for {
+		var all []int32
+		for _, d := range ds {
+			all = append(all, d.owners.Owned()...)
+		}
+		slices.Sort(all)
+		if len(all) == scaleBuckets && len(slices.Compact(all)) == scaleBuckets {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instances own %v", all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDynamic waits until the union of the instances' tables equals want,
+// failing when a stage ends first.
+func waitDynamic(t *testing.T, ds []*dynamic, want totals) {
+	t.Helper()
+	deadline := time.Now().Add(kafkatest.Timeout)
+	for {
+		d := unionDiff(t, ds, want)
+		if d == "" {
+			return
+		}
+		for n, d := range ds {
+			select {
+			case err := <-d.done1:
+				t.Fatalf("stage 1 of instance %d ended: %v", n, err)
+			case err := <-d.done2:
+				t.Fatalf("stage 2 of instance %d ended: %v", n, err)
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tables never reached the exact totals: %s", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
