@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"slices"
@@ -201,4 +202,85 @@ func (o *ownedScale) scanAll(feed *orderFeed) string {
 		return "it does not say it read the owner log: " + stderr
 	}
 	return equalTotals(jsonRows(o.t, out, "user"), feed.want)
+}
+
+// unfencedOwnersEnv gives the runner child an owner-log transactional id
+// per instance instead of per partition
+// (build.Options.UnsafeOwnerLogIDPerInstance): a new owner no longer
+// fences the previous one. The bite of TestAbuseScaleOwnersZombie.
+const unfencedOwnersEnv = "EBBFLOW_TEST_UNSAFE_OWNER_LOG_ID_PER_INSTANCE"
+
+// TestAbuseScaleOwnersZombie pauses (SIGSTOP) one of two runners with
+// ownership group for longer than the session timeout while orders keep
+// arriving, until the other owns every bucket: it took the paused one's
+// over, fencing it through each partition's owner-log transactional id.
+// Resumed (SIGCONT), the zombie still applies what it reads and publishes
+// it: that publish fails with PRODUCER_FENCED, and the zombie stops with
+// exit 1 naming the fencing; the owner log passes CheckOwners, and the
+// other runner holds the exact totals. The bite, "unfenced" (a
+// transactional id per instance): the zombie's publish commits after the
+// new owner's claim, and CheckOwners reports ErrTwoOwners.
+func TestAbuseScaleOwnersZombie(t *testing.T) {
+	for _, fenced := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fenced", false: "unfenced"}[fenced], func(t *testing.T) {
+			seed := *seedFlag
+			if seed == 0 {
+				seed = time.Now().UnixNano()
+			}
+			t.Logf("seed %d (replay with -seed %d)", seed, seed)
+			brokers := kafkatest.Brokers(t)
+			topic := kafkatest.NewTopic(t, brokers, 3)
+			feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(seed)), want: map[string]*userTotal{}}
+			feed.produce(300)
+			env := []string{}
+			if !fenced {
+				env = append(env, unfencedOwnersEnv+"=1")
+			}
+			o := newOwnedScale(t, brokers, topic, env)
+			zombie, other := o.start(0), o.start(1)
+			kafkatest.WaitGroupShared(t, brokers, o.job+".owners", 2)
+			feedFor(feed, time.Second)
+			o.waitExact(feed, seed, "two runners")
+
+			if err := zombie.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			delete(o.runners, 0)
+			waitFor(t, other, 90*time.Second, "the other runner to own every bucket", func() bool {
+				feedFor(feed, 100*time.Millisecond)
+				_, st := readyScale(t, o.dirs[1])
+				return st != nil && len(st.OwnedBuckets) == 8
+			})
+			if err := zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			feedFor(feed, time.Second)
+			conn := kafka.Connection{Brokers: brokers}
+			if !fenced {
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					err := repartition.CheckOwners(t.Context(), conn, o.repartition, 8, 5)
+					if errors.Is(err, repartition.ErrTwoOwners) {
+						t.Logf("caught: %v", err)
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("seed %d: CheckOwners = %v after the unfenced zombie resumed, want ErrTwoOwners; zombie's log:\n%s", seed, err, zombie.stderr.String())
+					}
+					feedFor(feed, 200*time.Millisecond)
+				}
+			}
+			if code := zombie.exitCode(t, 60*time.Second); code != 1 {
+				t.Fatalf("seed %d: the zombie: exit %d, want 1; log:\n%s", seed, code, zombie.stderr.String())
+			}
+			if want := "fenced: a newer owner took partition"; !strings.Contains(zombie.stderr.String(), want) {
+				t.Fatalf("seed %d: the zombie does not say %q:\n%s", seed, want, zombie.stderr.String())
+			}
+			o.waitExact(feed, seed, "the zombie stopped")
+			if err := repartition.CheckOwners(t.Context(), conn, o.repartition, 8, 5); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			stopGracefully(t, other)
+		})
+	}
 }

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		testOptions.SyncTableWrites = os.Getenv(syncWritesEnv) == "1"
 		testOptions.UnsafeSkipUndo = os.Getenv(skipUndoEnv) == "1"
+		testOptions.UnsafeOwnerLogIDPerInstance = os.Getenv(unfencedOwnersEnv) == "1"
 		testOptions.TableMinFreeBytes, _ = strconv.ParseUint(os.Getenv(tableMinFreeEnv), 10, 64)
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -30,10 +30,11 @@ import (
 // testOptions are set only by the tests, in TestMain of a runner child
 // (see the chained crash tests): SyncTableWrites so that a SIGKILL leaves
 // writes past the last checkpoint for undo, UnsafeSkipUndo to prove that
-// the test detects double counting.
+// the test detects double counting, UnsafeOwnerLogIDPerInstance to prove
+// that the owner check catches a zombie owner without fencing.
 var testOptions struct {
-	SyncTableWrites, UnsafeSkipUndo bool
-	TableMinFreeBytes               uint64 // a reserve no disk has, to fill it (TestAbuseDiskFull)
+	SyncTableWrites, UnsafeSkipUndo, UnsafeOwnerLogIDPerInstance bool
+	TableMinFreeBytes                                            uint64 // a reserve no disk has, to fill it (TestAbuseDiskFull)
 }
 
 type runFlags struct {
@@ -159,7 +160,8 @@ func run(ctx context.Context, f *runFlags) error {
 		freeSpaceGauge(r.dataDir))
 	r.env = build.NewEnv(build.Options{DataDir: r.dataDir, Registerer: r.reg, Logger: r.log, EmbeddedPort: port,
 		SyncTableWrites: testOptions.SyncTableWrites, UnsafeSkipUndo: testOptions.UnsafeSkipUndo, TableMinFreeBytes: testOptions.TableMinFreeBytes,
-		Listener: r.dash.listen})
+		UnsafeOwnerLogIDPerInstance: testOptions.UnsafeOwnerLogIDPerInstance,
+		Listener:                    r.dash.listen})
 	defer func() {
 		if err := r.env.Close(); err != nil {
 			r.log.Error("close", "err", err)

@@ -46,6 +46,12 @@ type Options struct {
 	// (writer.Config.UnsafeSkipUndo). It exists for tests that prove a crash
 	// test detects double counting; never set it otherwise.
 	UnsafeSkipUndo bool
+	// UnsafeOwnerLogIDPerInstance gives the owner log of a scaled job with
+	// ownership group a transactional id per instance instead of per
+	// partition, so that a new owner no longer fences the previous one. It
+	// exists for the test that proves the owner check catches a zombie
+	// owner without that fencing.
+	UnsafeOwnerLogIDPerInstance bool
 	// TableMinFreeBytes is the free space the tables keep in reserve
 	// (aggmerge.Options.MinFreeBytes; 0: its default).
 	TableMinFreeBytes uint64

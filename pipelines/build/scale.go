@@ -164,9 +164,12 @@ func (e *Env) dynamic(j *Job, conn kafka.Connection, codec *repartition.Codec, c
 		d.mu.Unlock()
 		return rt, nil
 	}
+	owner := repartition.OwnerConfig{Kafka: conn, Topic: topic, Owner: fmt.Sprintf("%s/%s#%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance)}
+	if e.opts.UnsafeOwnerLogIDPerInstance {
+		owner.TransactionalID = fmt.Sprintf("%s-owner-i%d", topic, sc.Instance)
+	}
 	d.owners = repartition.NewOwners(repartition.OwnersConfig{
-		Owner: repartition.OwnerConfig{Kafka: conn, Topic: topic,
-			Owner: fmt.Sprintf("%s/%s#%d", p.Spec.Job.Name, p.Tables[0].Spec.Name, sc.Instance)},
+		Owner: owner,
 		Table: cfg.Table, Group: p.Spec.Job.Name + ".owners", SessionTimeout: sc.SessionTimeout.Std(),
 		Stage2: stage2, Logger: e.log.With("job", p.Spec.Job.Name, "stage", 2), Metrics: metrics})
 	j.dyn = d

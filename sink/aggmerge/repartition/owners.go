@@ -75,6 +75,9 @@ type Owners struct {
 		sync.Mutex
 		assigned map[int32]bool // what the group assigned
 		owned    []int32        // what stage 2 applies now
+		// changedAt is when the group's first change since the last start
+		// of stage 2 was seen (zero: none): where a handover's time starts.
+		changedAt time.Time
 	}
 }
 
@@ -124,8 +127,30 @@ func (o *Owners) assigned(m map[string][]int32) {
 	for _, p := range m[o.cfg.Owner.Topic] {
 		o.mu.assigned[p] = true
 	}
+	o.changedLocked()
 	o.mu.Unlock()
 	o.changedAgain()
+}
+
+// changedLocked records when the group's assignment changed, unless a
+// change since the last start is recorded.
+func (o *Owners) changedLocked() {
+	if o.mu.changedAt.IsZero() {
+		o.mu.changedAt = time.Now()
+	}
+}
+
+// sinceChange returns when the first change since the last start of stage
+// 2 was seen (now if none), and forgets it.
+func (o *Owners) sinceChange() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at := o.mu.changedAt
+	o.mu.changedAt = time.Time{}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	return at
 }
 
 // revoked is the group's OnPartitionsRevoked and OnPartitionsLost: it
@@ -136,6 +161,9 @@ func (o *Owners) revoked(ctx context.Context, m map[string][]int32, lost bool) {
 	if len(parts) == 0 {
 		return
 	}
+	o.mu.Lock()
+	o.changedLocked()
+	o.mu.Unlock()
 	r := &revocation{parts: parts, lost: lost, done: make(chan struct{})}
 	select {
 	case o.revokes <- r:
@@ -176,7 +204,7 @@ func (o *Owners) Run(ctx context.Context) error {
 	}
 	// Stage 2 restores and undoes its last checkpoint before the instance
 	// joins the group: a handover may then clear and rebuild any bucket.
-	if err := o.incarnation(ctx, true, nil, time.Now()); err != nil {
+	if err := o.incarnation(ctx, true, nil); err != nil {
 		return err
 	}
 	cl, err := kgo.NewClient(opts...)
@@ -199,7 +227,7 @@ func (o *Owners) Run(ctx context.Context) error {
 			o.give(r)
 			o.changedAgain() // its buckets are cleared at the next start
 		case <-o.changed:
-			if err := o.incarnation(ctx, false, o.assignment(), time.Now()); err != nil || o.stopped(ctx) {
+			if err := o.incarnation(ctx, false, o.assignment()); err != nil || o.stopped(ctx) {
 				return err
 			}
 		}
@@ -224,6 +252,9 @@ func (o *Owners) assignment() []int32 {
 
 // give forgets revoked partitions (stage 2 does not run).
 func (o *Owners) give(r *revocation) {
+	// Lost (the session expired): a newer owner may hold them already, and
+	// a publish of this instance since then was refused.
+	o.log.Info("partitions given up", "partitions", r.parts, "lost", r.lost)
 	o.mu.Lock()
 	for _, p := range r.parts {
 		delete(o.mu.assigned, p)
@@ -242,10 +273,11 @@ func (o *Owners) changedAgain() {
 
 // incarnation runs stage 2 over owned until the assignment changes, Stop
 // or ctx; with settle, it only restores, undoes and stops (with a final
-// checkpoint). since is when the change that started it was seen.
-func (o *Owners) incarnation(ctx context.Context, settle bool, owned []int32, since time.Time) error {
+// checkpoint).
+func (o *Owners) incarnation(ctx context.Context, settle bool, owned []int32) error {
 	cfg := o.cfg
 	m := cfg.Metrics
+	since := o.sinceChange()
 	if !settle {
 		m.rebalance()
 		// A bucket this instance does not own is empty in its table.
