@@ -128,14 +128,8 @@ func feedFor(feed *orderFeed, d time.Duration) {
 // and its handovers. Once all stopped, table scan --all from the job file
 // (the owner log) gives the exact totals.
 func TestAbuseScaleOwnersFailover(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (replay with -seed %d)", seed, seed)
-	brokers := kafkatest.Brokers(t)
-	topic := kafkatest.NewTopic(t, brokers, 3)
-	feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(seed)), want: map[string]*userTotal{}}
+	seed, feed := seededOrders(t)
+	brokers, topic := feed.brokers, feed.topic
 	feed.produce(300)
 	o := newOwnedScale(t, brokers, topic, []string{syncWritesEnv + "=1"})
 	for i := range 3 {
@@ -223,14 +217,8 @@ const unfencedOwnersEnv = "EBBFLOW_TEST_UNSAFE_OWNER_LOG_ID_PER_INSTANCE"
 func TestAbuseScaleOwnersZombie(t *testing.T) {
 	for _, fenced := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fenced", false: "unfenced"}[fenced], func(t *testing.T) {
-			seed := *seedFlag
-			if seed == 0 {
-				seed = time.Now().UnixNano()
-			}
-			t.Logf("seed %d (replay with -seed %d)", seed, seed)
-			brokers := kafkatest.Brokers(t)
-			topic := kafkatest.NewTopic(t, brokers, 3)
-			feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(seed)), want: map[string]*userTotal{}}
+			seed, feed := seededOrders(t)
+			brokers, topic := feed.brokers, feed.topic
 			feed.produce(300)
 			env := []string{}
 			if !fenced {
@@ -283,4 +271,18 @@ func TestAbuseScaleOwnersZombie(t *testing.T) {
 			stopGracefully(t, other)
 		})
 	}
+}
+
+// seededOrders logs the test's seed (-seed repeats it) and returns it with
+// a feed of seeded orders into a new topic of 3 partitions on the test's
+// brokers.
+func seededOrders(t *testing.T) (int64, *orderFeed) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (replay with -seed %d)", seed, seed)
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.NewTopic(t, brokers, 3)
+	return seed, &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(seed)), want: map[string]*userTotal{}}
 }

@@ -29,14 +29,8 @@ import (
 // either runner and, once both stopped, from the job file alone, reads
 // the whole table from the changelog: the exact totals.
 func TestAbuseScaleTwoRunners(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (replay with -seed %d)", seed, seed)
-	brokers := kafkatest.Brokers(t)
-	topic := kafkatest.NewTopic(t, brokers, 3)
-	feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(seed)), want: map[string]*userTotal{}}
+	seed, feed := seededOrders(t)
+	brokers, topic := feed.brokers, feed.topic
 	feed.produce(500)
 
 	sc := newScaled(t, brokers, topic, nil)
@@ -218,14 +212,8 @@ func (sc *scaled) scanAll(feed *orderFeed, args ...string) string {
 // 2 undoes past its checkpoint and replays the repartition topic from
 // it. At the end the two tables together equal the exact totals.
 func TestAbuseScaleSIGKILL(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (replay with -seed %d)", seed, seed)
-	brokers := kafkatest.Brokers(t)
-	topic := kafkatest.NewTopic(t, brokers, 3)
-	feed := &orderFeed{t: t, brokers: brokers, topic: topic, rng: rand.New(rand.NewSource(seed)), want: map[string]*userTotal{}}
+	seed, feed := seededOrders(t)
+	brokers, topic := feed.brokers, feed.topic
 	rng := feed.rng
 	feed.produce(300)
 	sc := newScaled(t, brokers, topic, []string{syncWritesEnv + "=1"})

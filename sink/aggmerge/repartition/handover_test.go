@@ -272,21 +272,7 @@ func TestHandoverAfterUnclaimedRebuild(t *testing.T) {
 // table equals the exact totals, and so does a rebuild from the owner log
 // alone.
 func TestHandoverRestartSameOwner(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	brokers := kafkatest.Brokers(t)
-	in := kafkatest.NewTopic(t, brokers, scaleInput)
-	topic := kafkatest.TopicName(t, brokers)
-	want := make(totals)
-	seq := 0
-	produce := func(n int) {
-		kafkatest.Produce(t, brokers, input(rng, in, seq, n, want)...)
-		seq += n
-	}
+	brokers, in, topic, want, produce := seededInput(t)
 	produce(1500)
 	a := startOwner(t, brokers, in, topic, 0, 1)
 	waitTotals(t, []*instance{a}, want)

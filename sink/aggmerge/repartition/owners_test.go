@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
-	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
-	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 )
 
 // dynamic is an instance of the scaled job with dynamic ownership: stage 1
@@ -28,44 +25,23 @@ type dynamic struct {
 }
 
 func startDynamic(t *testing.T, brokers []string, input, topic string, i int) *dynamic {
-	ctx := t.Context()
 	dir := t.TempDir()
-	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = table.Close() })
-	codec, err := NewCodec(table, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, codec := openScaleTable(t, dir)
 	d := &dynamic{table: table, done1: make(chan error, 1), done2: make(chan error, 1)}
-	conn := kafka.Connection{Brokers: brokers}
-	w, err := NewWriter(ctx, WriterConfig{Kafka: conn, Group: topic + "-group", Input: []string{input}, Topic: topic,
-		Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx1, stop1 := context.WithCancel(ctx)
-	d.stop1 = stop1
-	send := codec.Sender(orderRow)
-	go func() { d.done1 <- w.Run(ctx1, 50*time.Millisecond, send) }()
-
+	d.stop1 = runStage1(t, brokers, input, topic, i, d.done1, codec.Sender(orderRow))
 	d.owners = NewOwners(OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
 		SessionTimeout: 6 * time.Second,
 		Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
-			src, err := NewSource(SourceConfig{Kafka: conn, Topic: topic, Owned: owned, Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
+			src, err := NewSource(SourceConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owned: owned,
+				Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
 			if err != nil {
 				return nil, err
 			}
-			job := runtime.NewJob(runtime.Options{Name: "scale", DataDir: dir,
-				Checkpoint: runtime.CheckpointOptions{Interval: 50 * time.Millisecond}})
-			rows := runtime.FromSource(job, "repartition", src.New)
-			return job, writer.To(rows, "totals", writer.Config{Table: table}, Mapper)
+			return newStage2(dir, src, table)
 		}})
-	ctx2, kill := context.WithCancel(ctx)
+	ctx, kill := context.WithCancel(t.Context())
 	d.kill = kill
-	go func() { d.done2 <- d.owners.Run(ctx2) }()
+	go func() { d.done2 <- d.owners.Run(ctx) }()
 	return d
 }
 
@@ -107,21 +83,7 @@ func unionDiff(t *testing.T, ds []*dynamic, want totals) string {
 // totals and they own every partition once; at the end (all stopped) the
 // owner log holds the exact totals (ReadAll), and CheckOwners passes.
 func TestOwnersRebalance(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	brokers := kafkatest.Brokers(t)
-	in := kafkatest.NewTopic(t, brokers, scaleInput)
-	topic := kafkatest.TopicName(t, brokers)
-	want := make(totals)
-	seq := 0
-	produce := func(n int) {
-		kafkatest.Produce(t, brokers, input(rng, in, seq, n, want)...)
-		seq += n
-	}
+	brokers, in, topic, want, produce := seededInput(t)
 	produce(600)
 	ds := []*dynamic{startDynamic(t, brokers, in, topic, 0), startDynamic(t, brokers, in, topic, 1), startDynamic(t, brokers, in, topic, 2)}
 	kafkatest.WaitGroupShared(t, brokers, topic+"-owners", 3)
@@ -213,4 +175,27 @@ func waitDynamic(t *testing.T, ds []*dynamic, want totals) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// seededInput makes the input topic and the repartition topic of a test
+// on the test's brokers, and returns produce, which writes n more seeded
+// orders to the input (the seed is logged; -seed repeats it), adding them
+// to want.
+func seededInput(t *testing.T) (brokers []string, in, topic string, want totals, produce func(n int)) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-seed %d repeats the input)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	brokers = kafkatest.Brokers(t)
+	in = kafkatest.NewTopic(t, brokers, scaleInput)
+	topic = kafkatest.TopicName(t, brokers)
+	want = make(totals)
+	seq := 0
+	produce = func(n int) {
+		kafkatest.Produce(t, brokers, input(rng, in, seq, n, want)...)
+		seq += n
+	}
+	return brokers, in, topic, want, produce
 }

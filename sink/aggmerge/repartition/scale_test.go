@@ -115,15 +115,7 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = table.Close() })
-	codec, err := NewCodec(table, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, codec := openScaleTable(t, dir)
 	in := &instance{dir: dir, table: table, owned: Owned(scaleBuckets, i, n), done1: make(chan error, 1), done2: make(chan error, 1)}
 	conn := kafka.Connection{Brokers: brokers}
 	scfg := SourceConfig{Kafka: conn, Topic: topic, Owned: in.owned}
@@ -140,29 +132,16 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 		}
 	}
 
-	w, err := NewWriter(ctx, WriterConfig{Kafka: conn, Group: topic + "-group", Input: []string{input}, Topic: topic,
-		Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	send := codec.Sender(orderRow)
-	ctx1, stop1 := context.WithCancel(ctx)
-	in.stop1 = stop1
-	go func() {
-		in.done1 <- w.Run(ctx1, 50*time.Millisecond, func(r *kgo.Record, s func(key, value []byte)) error {
-			in.polled.Add(1)
-			return send(r, s)
-		})
-	}()
-
+	in.stop1 = runStage1(t, brokers, input, topic, i, in.done1, func(r *kgo.Record, s func(key, value []byte)) error {
+		in.polled.Add(1)
+		return send(r, s)
+	})
 	src, err := NewSource(scfg, codec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.job = runtime.NewJob(runtime.Options{Name: "scale", DataDir: dir,
-		Checkpoint: runtime.CheckpointOptions{Interval: 50 * time.Millisecond}})
-	rows := runtime.FromSource(in.job, "repartition", src.New)
-	if err := writer.To(rows, "totals", writer.Config{Table: table}, Mapper); err != nil {
+	if in.job, err = newStage2(dir, src, table); err != nil {
 		t.Fatal(err)
 	}
 	ctx2, kill2 := context.WithCancel(ctx)
@@ -177,6 +156,43 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 		}
 	}
 	return in
+}
+
+// openScaleTable opens the table of an instance in data directory dir
+// and its codec.
+func openScaleTable(t *testing.T, dir string) (*aggmerge.Table, *Codec) {
+	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = table.Close() })
+	codec, err := NewCodec(table, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table, codec
+}
+
+// runStage1 starts stage 1 of instance i, which ends into done; the
+// returned function stops it (committing what it polled).
+func runStage1(t *testing.T, brokers []string, input, topic string, i int, done chan<- error,
+	mapRecord func(r *kgo.Record, send func(key, value []byte)) error) context.CancelFunc {
+	w, err := NewWriter(t.Context(), WriterConfig{Kafka: kafka.Connection{Brokers: brokers}, Group: topic + "-group", Input: []string{input},
+		Topic: topic, Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	go func() { done <- w.Run(ctx, 50*time.Millisecond, mapRecord) }()
+	return stop
+}
+
+// newStage2 makes stage 2 of an instance: src into the table's writer.
+func newStage2(dir string, src *kafka.Source[writer.Row], table *aggmerge.Table) (*runtime.Job, error) {
+	job := runtime.NewJob(runtime.Options{Name: "scale", DataDir: dir,
+		Checkpoint: runtime.CheckpointOptions{Interval: 50 * time.Millisecond}})
+	rows := runtime.FromSource(job, "repartition", src.New)
+	return job, writer.To(rows, "totals", writer.Config{Table: table}, Mapper)
 }
 
 // stop ends stage 1 (committing what it polled), then stage 2 (with a
