@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
@@ -207,6 +208,11 @@ func (o *Owners) Run(ctx context.Context) error {
 	if err := o.incarnation(ctx, true, nil); err != nil {
 		return err
 	}
+	// The group assigns the partitions of a topic that exists: the
+	// repartition topic, one partition per bucket, as stage 1 makes it.
+	if err := o.ensureTopic(ctx, conn); err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("owners: join group %q: %w", cfg.Group, err)
@@ -232,6 +238,18 @@ func (o *Owners) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+func (o *Owners) ensureTopic(ctx context.Context, conn []kgo.Opt) error {
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return fmt.Errorf("owners: %w", err)
+	}
+	defer cl.Close()
+	if err := ensureTopic(ctx, kadm.NewClient(cl), o.cfg.Owner.Topic, o.cfg.Table.Schema().Buckets); err != nil {
+		return fmt.Errorf("owners: %w", err)
+	}
+	return nil
 }
 
 func (o *Owners) stopped(ctx context.Context) bool {

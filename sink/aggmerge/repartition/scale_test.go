@@ -160,7 +160,7 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 
 // openScaleTable opens the table of an instance in data directory dir
 // and its codec.
-func openScaleTable(t *testing.T, dir string) (*aggmerge.Table, *Codec) {
+func openScaleTable(t testing.TB, dir string) (*aggmerge.Table, *Codec) {
 	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
 	if err != nil {
 		t.Fatal(err)
