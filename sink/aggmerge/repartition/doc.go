@@ -31,7 +31,21 @@
 // and resume offset are of one completed stage-2 checkpoint, so a rebuild
 // plus the resume applies every committed repartition row exactly once.
 //
+// Dynamic ownership (docs/SCALING.md, "Dynamic ownership"): Owners makes
+// stage 2 a member of the group <job>.owners over the repartition topic
+// and runs it in incarnations, one per assignment: each starts with a Take
+// (with Clear) of every partition assigned, reads each from its Resume
+// (SourceConfig.ResumeOnRestore) and publishes with a Publisher per
+// partition; a revocation waits until the incarnation stopped with a final
+// checkpoint that is published. Invariants: at the start of an
+// incarnation each owned bucket equals its last seal and every other
+// bucket is empty in the table; a handover clears or rebuilds a bucket
+// only when no undo of the table's writer is pending (a settling run
+// restores and undoes first), and the rebuild's writer id is outside the
+// writer's group. ReadAll reads a whole table from the owner log.
+//
 // Files: writer.go (stage 1), partial.go (the wire format), source.go
 // (stage 2's reader), ownerlog.go (owner-log records, the chain check,
-// CheckOwners), handover.go (Take), publisher.go (Publisher).
+// CheckOwners), handover.go (Take, ReadAll), publisher.go (Publisher),
+// owners.go (Owners).
 package repartition
