@@ -86,7 +86,6 @@ func TestOwnersRebalance(t *testing.T) {
 	brokers, in, topic, want, produce := seededInput(t)
 	produce(600)
 	ds := []*dynamic{startDynamic(t, brokers, in, topic, 0), startDynamic(t, brokers, in, topic, 1), startDynamic(t, brokers, in, topic, 2)}
-	kafkatest.WaitGroupShared(t, brokers, topic+"-owners", 3)
 	produce(300)
 	waitOwned(t, ds)
 	waitDynamic(t, ds, want)
@@ -108,7 +107,6 @@ func TestOwnersRebalance(t *testing.T) {
 		produce(100)
 		time.Sleep(20 * time.Millisecond)
 	}
-	kafkatest.WaitGroupShared(t, brokers, topic+"-owners", 3)
 	waitOwned(t, ds)
 	waitDynamic(t, ds, want)
 	for _, d := range ds {
@@ -131,7 +129,7 @@ func TestOwnersRebalance(t *testing.T) {
 }
 
 // waitOwned waits until the instances own every partition between them,
-// each once.
+// each once, and each owns one at least.
 func waitOwned(t *testing.T, ds []*dynamic) {
 	t.Helper()
 	deadline := time.Now().Add(kafkatest.Timeout)
@@ -141,9 +139,10 @@ func waitOwned(t *testing.T, ds []*dynamic) {
 			all = append(all, d.owners.Owned()...)
 		}
 		slices.Sort(all)
-		if len(all) == scaleBuckets && len(slices.Compact(all)) == scaleBuckets {
+		if len(all) == scaleBuckets && len(slices.Compact(all)) == scaleBuckets && each(ds) {
 			return
 		}
+		ended(t, ds)
 		if time.Now().After(deadline) {
 			t.Fatalf("the instances own %v", all)
 		}
@@ -161,15 +160,7 @@ func waitDynamic(t *testing.T, ds []*dynamic, want totals) {
 		if d == "" {
 			return
 		}
-		for n, d := range ds {
-			select {
-			case err := <-d.done1:
-				t.Fatalf("stage 1 of instance %d ended: %v", n, err)
-			case err := <-d.done2:
-				t.Fatalf("stage 2 of instance %d ended: %v", n, err)
-			default:
-			}
-		}
+		ended(t, ds)
 		if time.Now().After(deadline) {
 			t.Fatalf("the tables never reached the exact totals: %s", d)
 		}
@@ -198,4 +189,28 @@ func seededInput(t *testing.T) (brokers []string, in, topic string, want totals,
 		seq += n
 	}
 	return brokers, in, topic, want, produce
+}
+
+// each reports whether every instance owns a partition.
+func each(ds []*dynamic) bool {
+	for _, d := range ds {
+		if len(d.owners.Owned()) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ended fails when a stage of an instance ended.
+func ended(t *testing.T, ds []*dynamic) {
+	t.Helper()
+	for n, d := range ds {
+		select {
+		case err := <-d.done1:
+			t.Fatalf("stage 1 of instance %d ended: %v", n, err)
+		case err := <-d.done2:
+			t.Fatalf("stage 2 of instance %d ended: %v", n, err)
+		default:
+		}
+	}
 }

@@ -59,20 +59,25 @@ func (pb *Publisher) Published() int { return pb.published }
 // Run publishes until ctx ends, then publishes what the log holds of
 // checkpoints completed by then (stop stage 2 first, so its final
 // checkpoint is in) and returns. An error (a newer owner fenced this one:
-// the error says so) stops it.
+// the error says so) stops it. The end of ctx never cuts a round short (a
+// transaction half ended would leave the producer unusable for the last
+// round): each round is bounded by finalPublish instead.
 func (pb *Publisher) Run(ctx context.Context) error {
 	bucket := int(pb.h.Partition)
+	round := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalPublish)
+		defer cancel()
+		return pb.round(rctx)
+	}
 	for {
 		err := pb.table.WaitLog(ctx, bucket, pb.next)
 		if ctx.Err() != nil {
-			end, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalPublish)
-			defer cancel()
-			return pb.round(end)
+			return round()
 		}
 		if err != nil {
 			return fmt.Errorf("publish partition %d: %w", pb.h.Partition, err)
 		}
-		if err := pb.round(ctx); err != nil {
+		if err := round(); err != nil {
 			return err
 		}
 	}
