@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
-	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
@@ -117,7 +116,6 @@ func handoverOnce(b *testing.B) (time.Duration, float64) {
 	defer b.StartTimer()
 	brokers := kafkatest.Brokers(b)
 	topic := kafkatest.TopicName(b, brokers)
-	conn := kafka.Connection{Brokers: brokers}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		b.Fatal(err)
@@ -138,15 +136,9 @@ func handoverOnce(b *testing.B) (time.Duration, float64) {
 		dir := b.TempDir()
 		table, codec := openScaleTable(b, dir)
 		o := &owner{table: table, done: make(chan error, 1)}
-		o.owners = NewOwners(OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
-			SessionTimeout: 6 * time.Second, Metrics: m,
-			Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
-				src, err := NewSource(SourceConfig{Kafka: conn, Topic: topic, Owned: owned, Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
-				if err != nil {
-					return nil, err
-				}
-				return newStage2(dir, src, table)
-			}})
+		cfg := ownersConfig(brokers, topic, i, dir, table, codec)
+		cfg.Metrics = m
+		o.owners = NewOwners(cfg)
 		ctx, stop := context.WithCancel(b.Context())
 		o.stop = stop
 		go func() { o.done <- o.owners.Run(ctx) }()

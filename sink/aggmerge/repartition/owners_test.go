@@ -29,16 +29,7 @@ func startDynamic(t *testing.T, brokers []string, input, topic string, i int) *d
 	table, codec := openScaleTable(t, dir)
 	d := &dynamic{table: table, done1: make(chan error, 1), done2: make(chan error, 1)}
 	d.stop1 = runStage1(t, brokers, input, topic, i, d.done1, codec.Sender(orderRow))
-	d.owners = NewOwners(OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
-		SessionTimeout: 6 * time.Second,
-		Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
-			src, err := NewSource(SourceConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owned: owned,
-				Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
-			if err != nil {
-				return nil, err
-			}
-			return newStage2(dir, src, table)
-		}})
+	d.owners = NewOwners(ownersConfig(brokers, topic, i, dir, table, codec))
 	ctx, kill := context.WithCancel(t.Context())
 	d.kill = kill
 	go func() { d.done2 <- d.owners.Run(ctx) }()
@@ -213,4 +204,20 @@ func ended(t *testing.T, ds []*dynamic) {
 		default:
 		}
 	}
+}
+
+// ownersConfig is the dynamic ownership of instance i, whose data
+// directory is dir: stage 2 as in the static tests, over the partitions
+// the group <topic>-owners assigns (session timeout 6s).
+func ownersConfig(brokers []string, topic string, i int, dir string, table *aggmerge.Table, codec *Codec) OwnersConfig {
+	return OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
+		SessionTimeout: 6 * time.Second,
+		Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
+			src, err := NewSource(SourceConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owned: owned,
+				Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
+			if err != nil {
+				return nil, err
+			}
+			return newStage2(dir, src, table)
+		}}
 }
