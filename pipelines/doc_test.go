@@ -105,6 +105,8 @@ func docType(t reflect.Type, f fieldInfo) string {
 		s = "`earliest` \\| `latest` \\| `committed` \\| `committed-else-latest` \\| `timestamp:<time>`"
 	case "Duration":
 		s = "duration"
+	case "FlushInterval":
+		s = "duration \\| `checkpoint`"
 	case "Size":
 		s = "size"
 	case "Type":

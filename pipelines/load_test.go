@@ -57,7 +57,7 @@ func TestIssueExample(t *testing.T) {
 		},
 		KeyBy: []string{"user"},
 		Sinks: []Sink{{Name: "totals", Table: &TableSink{
-			Name: "totals", PrimaryKey: []string{"user"}, Buckets: 8, OnDelete: "ignore",
+			Name: "totals", PrimaryKey: []string{"user"}, Buckets: 8, OnDelete: "ignore", FlushInterval: FlushInterval(100 * time.Millisecond),
 			Columns: []Column{
 				{Name: "total", Agg: "sum", From: "amount_cents"},
 				{Name: "orders", Agg: "count"},

@@ -208,13 +208,16 @@ type Sink struct {
 
 // TableSink writes records into a primary-key table whose columns aggregate.
 type TableSink struct {
-	Name       string     `yaml:"name" required:"true" doc:"the table: letters, digits, '.', '_' and '-'; jobs naming the same table share it (their columns must not overlap)"`
-	PrimaryKey []string   `yaml:"primary_key" required:"true" doc:"the fields that identify a row, in order; each must exist after the transforms and not be a column"`
-	Buckets    int        `yaml:"buckets" default:"16" min:"1" max:"65536" doc:"the fixed number of buckets; bucket = stable_hash(primary key) mod buckets"`
-	Columns    []Column   `yaml:"columns" required:"true" form:"map" doc:"column name to {agg, from, type, params}, in table order"`
-	OnDelete   OnDelete   `yaml:"on_delete" default:"ignore" doc:"a delete (-D) on input: ignore it, reject it (the job fails) or allow it (the row's columns are removed)"`
-	Changelog  *Changelog `yaml:"changelog" doc:"publish the table's changes to Kafka (absent: not published)"`
-	Window     *Window    `yaml:"window" doc:"aggregate per window of event time: window_start and window_end (timestamps) become the last key columns of the table (absent: no window)"`
+	Name       string   `yaml:"name" required:"true" doc:"the table: letters, digits, '.', '_' and '-'; jobs naming the same table share it (their columns must not overlap)"`
+	PrimaryKey []string `yaml:"primary_key" required:"true" doc:"the fields that identify a row, in order; each must exist after the transforms and not be a column"`
+	Buckets    int      `yaml:"buckets" default:"16" min:"1" max:"65536" doc:"the fixed number of buckets; bucket = stable_hash(primary key) mod buckets"`
+	Columns    []Column `yaml:"columns" required:"true" form:"map" doc:"column name to {agg, from, type, params}, in table order"`
+	OnDelete   OnDelete `yaml:"on_delete" default:"ignore" doc:"a delete (-D) on input: ignore it, reject it (the job fails) or allow it (the row's columns are removed)"`
+	// FlushInterval trades the table's freshness for CPU: see
+	// writer.FlushAtCheckpoint and docs/BENCHMARKS.md.
+	FlushInterval FlushInterval `yaml:"flush_interval" default:"100ms" doc:"how long the sink combines the rows of a key in memory before writing them to the table: at most this long (at least 1ms), or checkpoint: at each checkpoint only (and when 65536 keys wait), so each key changed in a checkpoint costs one table write and one changelog entry; the table's rows are then as fresh as the last checkpoint; a committed changelog shows nothing sooner in either case"`
+	Changelog     *Changelog    `yaml:"changelog" doc:"publish the table's changes to Kafka (absent: not published)"`
+	Window        *Window       `yaml:"window" doc:"aggregate per window of event time: window_start and window_end (timestamps) become the last key columns of the table (absent: no window)"`
 }
 
 // Window is a table's window of event time: tumbling, hopping or session.

@@ -33,6 +33,40 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
+// FlushInterval is how long a table sink's writes may wait in the writer
+// before they reach the table: a duration of at least 1ms, or checkpoint
+// (they reach it at the next checkpoint).
+type FlushInterval time.Duration
+
+// FlushAtCheckpoint is the FlushInterval written "checkpoint".
+const FlushAtCheckpoint FlushInterval = -1
+
+// UnmarshalText parses a duration or "checkpoint".
+func (f *FlushInterval) UnmarshalText(b []byte) error {
+	if string(b) == "checkpoint" {
+		*f = FlushAtCheckpoint
+		return nil
+	}
+	var d Duration
+	if err := d.UnmarshalText(b); err != nil {
+		return fmt.Errorf("%w, or checkpoint", err)
+	}
+	if d.Std() < time.Millisecond {
+		return fmt.Errorf("flush interval %q is below 1ms (checkpoint: flush at checkpoints only)", b)
+	}
+	*f = FlushInterval(d)
+	return nil
+}
+
+func (*FlushInterval) expected() string { return "a duration or checkpoint" }
+
+func (f FlushInterval) String() string {
+	if f == FlushAtCheckpoint {
+		return "checkpoint"
+	}
+	return time.Duration(f).String()
+}
+
 // Size is a number of bytes, written with an optional unit: B, KiB, MiB,
 // GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000).
 type Size int64

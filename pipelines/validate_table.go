@@ -36,6 +36,9 @@ func (v *validator) table(path string, t *TableSink) *Table {
 	if w := t.Window; w != nil {
 		tab.Window = v.window(path+".window", t, tab.Columns, out)
 	}
+	if t.FlushInterval == FlushAtCheckpoint && v.spec.Checkpoint.Interval == 0 {
+		v.fail(path+".flush_interval", "checkpoint needs periodic checkpoints (checkpoint.interval is 0s: the table would see its rows at the end only)")
+	}
 	if c := t.Changelog; c != nil {
 		v.connection(path+".changelog", &c.Connection)
 		if len(c.Brokers) == 0 {

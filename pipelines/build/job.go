@@ -215,7 +215,15 @@ func (e *Env) writerConfig(j *Job, i int) (writer.Config, error) {
 	// The log is truncated below what the sink's retained checkpoints and
 	// the changelog exporter (whose hold OpenTables placed) still need.
 	return writer.Config{Table: table, Columns: cols, Retracts: p.KindSlot >= 0, TruncateLog: true,
-		UnsafeSkipUndo: e.opts.UnsafeSkipUndo}, nil
+		FlushInterval: flushInterval(t.Spec.FlushInterval), UnsafeSkipUndo: e.opts.UnsafeSkipUndo}, nil
+}
+
+// flushInterval is the writer's FlushInterval of a table sink's.
+func flushInterval(f pipelines.FlushInterval) time.Duration {
+	if f == pipelines.FlushAtCheckpoint {
+		return writer.FlushAtCheckpoint
+	}
+	return time.Duration(f)
 }
 
 // datagen adds datagen source i of the job: straight into the job, or

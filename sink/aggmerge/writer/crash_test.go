@@ -150,8 +150,14 @@ func crashChild(dir string) error {
 		}
 		// Writes reach the table every 10 ms, between checkpoints 200 ms
 		// apart: most kills leave writes past the last checkpoint to undo.
+		// With FLUSH=checkpoint writes reach the table at barriers only: past
+		// the last completed checkpoint there is then only what a checkpoint
+		// that did not complete flushed.
 		cfg := writer.Config{Table: tbl, Columns: cols, UnsafeSkipUndo: env("SKIPUNDO") != "",
 			FlushInterval: 10 * time.Millisecond, NoCombine: env("NOCOMBINE") != ""}
+		if env("FLUSH") == "checkpoint" {
+			cfg.FlushInterval = writer.FlushAtCheckpoint
+		}
 		mapper := mapperFor(sch, cols)
 		if env("MODE") == modeWindow {
 			cfg.Window, mapper = crashWindow(), mapCrashWindowed
@@ -374,6 +380,8 @@ func TestCrashHarness(t *testing.T) {
 	}{
 		{"one-job/p=2", 2, "one", false},
 		{"one-job/no-combine", 2, "one", false},
+		{"one-job/flush-at-checkpoint", 2, "one", false},
+		{"older-checkpoint/flush-at-checkpoint", 1, "one", true},
 		{"two-jobs-disjoint-columns", 2, "two", false},
 		{"older-checkpoint", 1, "one", true},
 	} {
@@ -381,6 +389,9 @@ func TestCrashHarness(t *testing.T) {
 			var extra []string
 			if strings.Contains(tc.name, "no-combine") {
 				extra = append(extra, crashEnv+"_NOCOMBINE=1")
+			}
+			if strings.Contains(tc.name, "flush-at-checkpoint") {
+				extra = append(extra, crashEnv+"_FLUSH=checkpoint")
 			}
 			h := newHarness(t, tc.par, tc.mode, extra...)
 			h.run(tc.older)

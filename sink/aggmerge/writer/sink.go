@@ -42,7 +42,8 @@ type Config struct {
 	// BatchSize is the number of writes per table batch (1000).
 	BatchSize int
 	// FlushInterval bounds how long a write waits in the writer before it
-	// reaches the table (100ms); every barrier flushes too.
+	// reaches the table (100ms); every barrier flushes too. FlushAtCheckpoint
+	// flushes at barriers only (and when CombineKeys or BatchSize fill up).
 	FlushInterval time.Duration
 	// NoCombine turns off pre-aggregation. By default the rows of one key
 	// between two flushes are combined in memory and written once, so the
@@ -65,11 +66,21 @@ type Config struct {
 	UnsafeSkipUndo bool
 }
 
+// FlushAtCheckpoint is the FlushInterval of a writer that writes to the
+// table at checkpoints only: a key changed between two checkpoints costs one
+// table write and one log entry per checkpoint, not one per 100 ms, and
+// the table's rows are as fresh as the last checkpoint (plus early flushes
+// when CombineKeys keys wait). Exactly-once is the same as with any
+// interval: the barrier's flush is synced before the baseline is taken,
+// what waits in the combiner at a crash was read after the restored
+// checkpoint and is read again.
+const FlushAtCheckpoint time.Duration = -1
+
 func (c *Config) setDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 1000
 	}
-	if c.FlushInterval <= 0 {
+	if c.FlushInterval == 0 {
 		c.FlushInterval = 100 * time.Millisecond
 	}
 	if c.CombineKeys <= 0 {
@@ -82,6 +93,9 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	if c.Table == nil {
 		return errors.New("aggmerge writer: no table")
+	}
+	if c.FlushInterval < 0 && c.FlushInterval != FlushAtCheckpoint {
+		return fmt.Errorf("aggmerge writer: negative flush interval %v (FlushAtCheckpoint flushes at checkpoints only)", c.FlushInterval)
 	}
 	sch := c.Table.Schema()
 	if c.Window != nil {
@@ -405,7 +419,7 @@ func (s *sink) Write(batch []record) error {
 			return err
 		}
 	}
-	if !s.timer && (s.batch.Len() > 0 || (s.comb != nil && s.comb.len() > 0)) {
+	if !s.timer && s.cfg.FlushInterval > 0 && (s.batch.Len() > 0 || (s.comb != nil && s.comb.len() > 0)) {
 		s.ctx.SetTimer(time.Now().Add(s.cfg.FlushInterval))
 		s.timer = true
 	}
