@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/ebbflow/ebbflow/barrier"
 	"github.com/ebbflow/ebbflow/internal/cputime"
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
+	"github.com/ebbflow/ebbflow/operators"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -32,6 +35,7 @@ var (
 	benchRecords   = flag.Int("records", 1_000_000, "records preloaded for BenchmarkKafkaToTable")
 	benchFlush     = flag.Duration("flush", 100*time.Millisecond, "the writer's FlushInterval in BenchmarkKafkaToTable")
 	benchPar       = flag.Int("par", 1, "the job's parallelism in BenchmarkKafkaToTable")
+	benchDistinct  = flag.Int("distinct", 1_000_000, "distinct keys (one record each) in BenchmarkDistinctKeys")
 	benchChangelog = flag.Bool("changelog", false, "BenchmarkKafkaToTable also exports the table's changelog (committed mode) to the same broker, "+
 		"with table versions and without (export.Config.NoVersions), in turn: what publishing versions costs")
 )
@@ -310,4 +314,76 @@ func measureLatency(b *testing.B, rate, seconds int, noCombine bool) (p50, p99 f
 	}
 	slices.Sort(lat)
 	return lat[len(lat)/2], lat[len(lat)*99/100]
+}
+
+// BenchmarkDistinctKeys measures the process's peak resident memory while
+// a job writes -distinct keys, one record each (a sequence source, no
+// Kafka), into a table with sum, count and max per key: what the table's
+// row cache, its dirty rows, pebble and the writer's combiner hold with
+// more keys than fit in the cache (Options.CacheRows, 1M). peak-MiB is
+// VmHWM, reset (/proc/self/clear_refs) before the job. Run with
+// -benchtime 1x; -flush as in BenchmarkKafkaToTable (-1ns: at checkpoints).
+func BenchmarkDistinctKeys(b *testing.B) {
+	n := uint64(*benchDistinct)
+	for range b.N {
+		i64 := agg.Type{Kind: agg.KindInt64}
+		tbl, err := aggmerge.Open(b.TempDir(), aggmerge.Schema{
+			Key:     []aggmerge.Column{{Name: "k", Type: i64}},
+			Values:  []aggmerge.Column{{Name: "total", Type: i64, Func: "sum"}, {Name: "n", Type: i64, Func: "count"}, {Name: "top", Type: i64, Func: "max"}},
+			Buckets: 8,
+		}, aggmerge.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		j := runtime.NewJob(runtime.Options{Name: "bench", DataDir: b.TempDir(), Parallelism: 2,
+			Checkpoint: runtime.CheckpointOptions{Interval: time.Second}})
+		events := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: n, Keys: n}))
+		err = writer.To(events, "table", writer.Config{Table: tbl, FlushInterval: *benchFlush},
+			func(e operators.Event, r *writer.Row) error {
+				r.Key = append(r.Key[:0], agg.IntValue(int64(e.Key)))
+				r.Vals = append(r.Vals[:0], agg.IntValue(e.Value), agg.IntValue(1), agg.IntValue(e.Value))
+				return nil
+			})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			b.Skipf("cannot reset the peak RSS: %v", err)
+		}
+		cpu0 := cputime.Process()
+		if err := j.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		cpu := cputime.Process() - cpu0
+		peak := peakRSS(b)
+		var rows, total int64
+		_ = tbl.Scan(func(r aggmerge.Row) error { rows++; total += r.Values[1].Int(); return nil })
+		if err := tbl.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if rows != int64(n) || total != int64(n) {
+			b.Fatalf("%d rows counting %d records, want %d of one each", rows, total, n)
+		}
+		b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/rec")
+	}
+}
+
+// peakRSS returns the process's resident high-water mark (VmHWM) in bytes.
+func peakRSS(b *testing.B) int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
 }
