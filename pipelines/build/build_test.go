@@ -13,6 +13,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 )
 
 // jobFile is a datagen job: revenue and counts per region, with a filter
@@ -155,6 +156,45 @@ func TestDatagenStraight(t *testing.T) {
 		}
 		tab, _ := e.Table("regions")
 		checkRegions(t, scanRegions(t, tab), want)
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFlushInterval: a table sink's flush_interval is its writer's
+// FlushInterval (100ms by default, checkpoint: writer.FlushAtCheckpoint),
+// and a bounded job flushing at checkpoints only ends with the exact table.
+func TestFlushInterval(t *testing.T) {
+	const count = 20_000
+	src := fmt.Sprintf(jobFile, 2, count, "")
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{{"", 100 * time.Millisecond}, {"    flush_interval: 250ms\n", 250 * time.Millisecond}, {"    flush_interval: checkpoint\n", writer.FlushAtCheckpoint}} {
+		p := load(t, strings.Replace(src, "    buckets: 4\n", "    buckets: 4\n"+tc.yaml, 1))
+		e := newEnv(t, t.TempDir(), p)
+		cfg, err := e.writerConfig(&Job{p: p}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.FlushInterval != tc.want {
+			t.Fatalf("%q: the writer's FlushInterval is %v, want %v", tc.yaml, cfg.FlushInterval, tc.want)
+		}
+		if tc.want == writer.FlushAtCheckpoint {
+			j, err := e.Build(p, runtime.RestoreLatest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err = j.Run(ctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tab, _ := e.Table("regions")
+			checkRegions(t, scanRegions(t, tab), oracle(t, p, count))
+		}
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
 		}
