@@ -322,7 +322,6 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result, wrote *Registratio
 	close(t.mu.appended)
 	t.mu.appended = make(chan struct{})
 	t.mu.Unlock()
-	t.sinceStore.Add(uint64(res.Entries))
 	if len(t.dirty) >= t.maxDirty() {
 		t.kickStorer()
 	}

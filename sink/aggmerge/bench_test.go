@@ -24,8 +24,7 @@ func benchSchema() Schema {
 
 // BenchmarkUpsert is the reference workload: upserts over 100k uniform keys
 // into sum, max and count columns, in batches of 1,000, log included, with
-// a Sync every 250 batches and at the end (the storer stores the changed
-// rows every storeEvery log offsets, rows.go),
+// a Sync (which stores the changed rows) every 250 batches and at the end,
 // as a writer checkpointing every second at ~250k upserts/s would. Run with
 // -benchtime=1000000x for the 1M figure.
 func BenchmarkUpsert(b *testing.B) {

@@ -14,10 +14,9 @@
 // DB as the rows, so one pebble batch commits log and bucket state and one
 // WAL orders them with the stored rows, with no cross-DB recovery protocol.
 // Rows are stored lazily (rows.go): an Apply leaves them dirty in the row
-// cache, a background storer stores them after a Sync (a checkpoint) once
-// the logs grew by storeEvery offsets, Scan, Truncate and Close store them
-// at once, and Open replays the log from the rows offset: the log is the
-// truth.
+// cache, a background storer stores them after each Sync (each checkpoint),
+// Scan, Truncate and Close store them at once, and Open replays the log
+// from the rows offset: the log is the truth.
 //
 // Writes: Table.Apply takes a Batch of upserts and deletes, each in a mode
 // (Aggregate, Overwrite, Retract), naming its target columns once (partial

@@ -156,19 +156,12 @@ func (t *Table) RetainFrom() ([]uint64, error) {
 }
 
 // TruncateHeld truncates every bucket's log below what its holders need
-// (RetainFrom), and never below where the stored rows end: the log past
-// them is kept until the storer stores them (rows.go), rather than stored
-// here, on the caller's goroutine, at every truncation.
+// (RetainFrom).
 func (t *Table) TruncateHeld() error {
 	from, err := t.RetainFrom()
 	if err != nil {
 		return err
 	}
-	t.mu.RLock()
-	for b, off := range from {
-		from[b] = min(off, t.mu.rowsAt[b])
-	}
-	t.mu.RUnlock()
 	for b, off := range from {
 		if err := t.Truncate(b, off); err != nil {
 			return err

@@ -15,17 +15,14 @@ import (
 
 // Rows are stored lazily. An Apply writes only its log chunks (and bucket
 // states) to pebble and leaves the changed rows dirty in the row cache. The
-// table's storer goroutine stores them in one batch whenever half the cache
-// is dirty, and after a Sync (a checkpoint) once the logs grew by storeEvery
-// offsets since the last store; it holds writeMu only to take the dirty
-// list, so Applies go on while it writes. Scan, Truncate and Close store them synchronously. Each bucket's
-// rows offset (RowsAtKey) says up to where the stored rows are complete;
-// Open replays the log from there. The log is the truth and the stored rows
-// a materialisation of it: an Apply writes half as much to pebble, and a
-// row changed at every checkpoint is stored once per several checkpoints
-// rather than once per change. Storing rows whose log entries are not synced
-// yet is safe: pebble recovers a prefix of its write-ahead log, so a stored
-// row that survives a crash has its log entries with it.
+// table's storer goroutine stores them in one batch after each Sync (so
+// after every checkpoint) and whenever half the cache is dirty; it holds
+// writeMu only to take the dirty list, so Applies go on while it writes.
+// Scan, Truncate and Close store them synchronously. Each bucket's rows
+// offset (RowsAtKey) says up to where the stored rows are complete; Open
+// replays the log from there. The log is the truth and the stored rows a
+// materialisation of it: an Apply writes half as much to pebble, and a row
+// is stored once per checkpoint rather than once per change.
 //
 // Replaying from any offset at or below the true rows offset is correct:
 // replay overwrites each key with its after-images in log order, and a key
@@ -47,16 +44,6 @@ type rowStore struct {
 // maxDirty is how many dirty rows wake the storer early: a fraction of the
 // cache, so that eviction finds clean rows.
 func (t *Table) maxDirty() int { return max(t.opts.CacheRows/2, 1) }
-
-// storeEvery is how many log offsets appended since the last store make a
-// Sync wake the storer. With what one checkpoint appends, it bounds what
-// Open replays after a crash (512k entries by default, well under a
-// second) and what the automatic truncation keeps beyond its holds
-// (TruncateHeld). Storing after every Sync instead wrote every row changed
-// in a checkpoint: with 100k keys changing every second, the storer was
-// 10–15 % of the peers job's CPU (docs/BENCHMARKS.md). Rows are still
-// stored at most once per Sync, as before, when the log grows faster.
-func (t *Table) storeEvery() uint64 { return uint64(t.maxDirty()) }
 
 // kickStorer asks the storer to store the dirty rows.
 func (t *Table) kickStorer() {
@@ -140,7 +127,6 @@ func (t *Table) storeRows(locked bool) error {
 	}
 	clear(t.dirty)
 	t.dirty = t.dirty[:0]
-	t.sinceStore.Store(0)
 	t.mu.RLock()
 	ends := make([]uint64, len(t.mu.buckets))
 	for i, s := range t.mu.buckets {

@@ -6,13 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
 // TestStoreWhileWriting writes through a row cache far smaller than the
-// table while the storer stores rows in the background every few Applies:
+// table while the storer stores rows in the background after every Sync:
 // rows are evicted and read back from pebble all the time, also while a
 // store is writing them. Every row must equal a plain in-memory model, at
 // every step, and after a reopen.
@@ -154,70 +153,6 @@ func TestRowOrderIsKeyOrder(t *testing.T) {
 	for i, o := range order {
 		if got := rows[o.i].e; got.bucket != want[i].e.bucket || got.key != want[i].e.key {
 			t.Fatalf("row %d: bucket %d key %q, want bucket %d key %q", i, got.bucket, got.key, want[i].e.bucket, want[i].e.key)
-		}
-	}
-}
-
-// TestStoreEvery: a Sync (every checkpoint) does not store the rows until
-// the logs grew by storeEvery offsets since the last store, so a key
-// changed at every checkpoint is stored once per several, and what Open
-// replays stays bounded.
-func TestStoreEvery(t *testing.T) {
-	tbl, err := Open(t.TempDir(), smallSchema(), Options{CacheRows: 200})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	every := tbl.storeEvery()
-	stored := func() bool {
-		tbl.mu.RLock()
-		defer tbl.mu.RUnlock()
-		return slices.ContainsFunc(tbl.mu.rowsAt, func(at uint64) bool { return at > 0 })
-	}
-	b, err := tbl.NewBatch(Writer{ID: "w"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	appended := func() uint64 {
-		var n uint64
-		for _, e := range tbl.LogEnds() {
-			n += e
-		}
-		return n
-	}
-	// Ten keys changed at every "checkpoint" (Sync) until just below the
-	// bound: nothing stored.
-	for i := 0; appended()+20 < every; i++ {
-		for k := range 10 {
-			if err := b.Upsert(Aggregate, key(string(rune('a'+k))), []agg.Value{agg.IntValue(1), agg.NullValue()}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		mustApply(t, tbl, b)
-		if err := tbl.Sync(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tbl.store.mu.Lock() // a store running now would be one woken too early
-	early, kicked := stored(), len(tbl.store.kick) > 0
-	tbl.store.mu.Unlock()
-	if early || kicked {
-		t.Fatalf("rows stored (%v) or the storer woken (%v) at %d offsets appended, below storeEvery %d", early, kicked, appended(), every)
-	}
-	for range 2 { // past the bound
-		for k := range 10 {
-			if err := b.Upsert(Aggregate, key(string(rune('a'+k))), []agg.Value{agg.IntValue(1), agg.NullValue()}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		mustApply(t, tbl, b)
-	}
-	if err := tbl.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); !stored(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("rows not stored at %d offsets appended, storeEvery %d", appended(), every)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -94,12 +93,9 @@ type Table struct {
 	// scratch is the writers' reusable memory, guarded by writeMu.
 	scratch *applyState
 	// dirty lists the cache entries whose rows are not stored yet (see
-	// rows.go), guarded by writeMu; sinceStore counts the log offsets
-	// appended since they were last taken (changed under writeMu, read by
-	// Sync); store runs the goroutine storing them.
-	dirty      []*cachedRow
-	sinceStore atomic.Uint64
-	store      rowStore
+	// rows.go), guarded by writeMu; store runs the goroutine storing them.
+	dirty []*cachedRow
+	store rowStore
 
 	// writeMu serializes the writers. It is held across the pebble commit on
 	// purpose: a write reads old rows and must not interleave with another.
@@ -319,7 +315,7 @@ func (t *Table) Schema() Schema { return t.schema }
 func (t *Table) Dir() string { return t.dir }
 
 // Sync makes every write applied so far durable (its log entries; the rows
-// they changed are stored later, in the background, see rows.go).
+// they changed are stored soon after, in the background).
 func (t *Table) Sync() error {
 	_, err := t.SyncEnds()
 	return err
@@ -339,9 +335,7 @@ func (t *Table) SyncEnds() ([]uint64, error) {
 	if err := t.recordSynced(ends); err != nil {
 		return nil, fmt.Errorf("sync table %q: record the synced log ends: %w", t.dir, err)
 	}
-	if t.sinceStore.Load() >= t.storeEvery() {
-		t.kickStorer()
-	}
+	t.kickStorer()
 	return ends, nil
 }
 
