@@ -20,7 +20,8 @@
 //	go run ./internal/bench/peers -records 3000000 -rounds 5
 //
 // -systems picks some of them, -users sets the distinct keys (peak RSS with
-// 1M and 10M keys: -systems ebbflow -users 10000000), -profile DIR keeps a CPU
+// 1M and 10M keys: -systems ebbflow -users 10000000 -records 10000000
+// -shuffle-users), -profile DIR keeps a CPU
 // profile of every ebbflow run (go tool pprof -top DIR/ebbflow-0.pprof).
 //
 // -window 10m is the windowed variant: every system aggregates per user and
@@ -58,6 +59,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ebbflow/ebbflow/operators/kafka/embedded"
 )
 
 // agg is one user's exact aggregate.
@@ -94,6 +97,7 @@ type bench struct {
 	root        string         // repository root
 	work        string         // scratch folder of this invocation
 	runner      string         // the built runner binary
+	baseline    string         // the checkout whose runner the @baseline systems run ("" none)
 	self        string         // this program's binary (for the raw consume child)
 	profiles    string         // where ebbflow runs write CPU profiles ("" none)
 }
@@ -112,21 +116,33 @@ func main() {
 		window      = flag.Duration("window", 0, "aggregate per user and tumbling event-time window of this length on ts (whole milliseconds; 0: per user only)")
 		disorder    = flag.Duration("disorder", time.Second, "with -window: ts lags the largest before it by less than this (whole milliseconds), the watermarks' bound in every system")
 		consume     = flag.String("consume", "", "internal: consume this topic to its end offsets and exit (the raw franz-go child)")
+		shuffle     = flag.Bool("shuffle-users", false, "record i's user is user i mod -users of a seeded permutation (each user once per -users records: exactly min(records, users) distinct keys) instead of a random one")
+		baseline    = flag.String("baseline", "", "another checkout of this repository (a git worktree of an older commit): the -baseline-systems also run with its runner, as <system>@baseline, in the same rounds")
+		baseSystems = flag.String("baseline-systems", "ebbflow", "comma-separated systems that -baseline runs too (their job files must load in the older checkout)")
+		embed       = flag.Bool("embedded", false, "start an embedded broker (kfake) in this process and run against it instead of -brokers: "+
+			"for profiles without a real broker (the broker's CPU is this process's, not the children's)")
 	)
 	flag.Parse()
-	if *consume != "" {
-		if err := rawConsume(strings.Split(*brokers, ","), *consume); err != nil {
-			fmt.Fprintln(os.Stderr, "peers:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if *window < 0 || *window%time.Millisecond != 0 || *disorder < 0 || *disorder%time.Millisecond != 0 {
 		fmt.Fprintln(os.Stderr, "peers: -window and -disorder are whole milliseconds, not negative")
 		os.Exit(2)
 	}
-	g := gen{records: *records, users: *users, seed: *seed, window: *window, disorder: *disorder}
-	if err := run(strings.Split(*brokers, ","), g, *partitions, *parallelism, *rounds, *only, *profiles); err != nil {
+	err := func() error {
+		if *consume != "" {
+			return rawConsume(strings.Split(*brokers, ","), *consume)
+		}
+		if *embed {
+			br, err := embedded.Start(embedded.Options{})
+			if err != nil {
+				return err
+			}
+			defer br.Close()
+			*brokers = strings.Join(br.Addrs(), ",")
+		}
+		g := gen{records: *records, users: *users, seed: *seed, window: *window, disorder: *disorder, shuffle: *shuffle}
+		return run(strings.Split(*brokers, ","), g, *partitions, *parallelism, *rounds, *only, *profiles, *baseline, *baseSystems)
+	}()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
 		os.Exit(1)
 	}
@@ -139,7 +155,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func run(brokers []string, g gen, partitions, parallelism, rounds int, only, profiles string) error {
+func run(brokers []string, g gen, partitions, parallelism, rounds int, only, profiles, baseline, baseSystems string) error {
 	ctx := context.Background()
 	root, err := repoRoot()
 	if err != nil {
@@ -155,7 +171,7 @@ func run(brokers []string, g gen, partitions, parallelism, rounds int, only, pro
 		return err
 	}
 	b := &bench{gen: g, brokers: brokers, partitions: partitions, parallelism: parallelism,
-		root: root, work: work, self: self, runner: filepath.Join(work, "ebbflow")}
+		root: root, work: work, self: self, runner: filepath.Join(work, "ebbflow"), baseline: baseline}
 	if profiles != "" {
 		if b.profiles, err = filepath.Abs(profiles); err != nil {
 			return err
@@ -171,6 +187,13 @@ func run(brokers []string, g gen, partitions, parallelism, rounds int, only, pro
 		systems = slices.DeleteFunc(systems, func(s system) bool { return !slices.Contains(want, s.name) })
 		if len(systems) == 0 {
 			return fmt.Errorf("-systems %q: none of %s", only, strings.Join(systemNames(), ","))
+		}
+	}
+	if baseline != "" {
+		for _, s := range slices.Clone(systems) {
+			if slices.Contains(strings.Split(baseSystems, ","), s.name) {
+				systems = append(systems, system{s.name + "@baseline", s.run})
+			}
 		}
 	}
 	if err := b.build(systems); err != nil {
@@ -310,14 +333,15 @@ func report(w *os.File, systems []system, all []result, rounds int) {
 		if s.name == "ebbflow" {
 			continue
 		}
-		var per []string
+		var per, cpus []string
 		for round := range rounds {
 			e, o := findRound(all, "ebbflow", round), findRound(all, s.name, round)
 			if e != nil && o != nil {
 				per = append(per, fmt.Sprintf("%.2f", e.recordsPerSec()/o.recordsPerSec()))
+				cpus = append(cpus, fmt.Sprintf("%.2f", o.cpuPerRecord()/e.cpuPerRecord()))
 			}
 		}
-		fmt.Fprintf(w, "  vs %-20s %s\n", s.name, strings.Join(per, " "))
+		fmt.Fprintf(w, "  vs %-34s %s   (its CPU per record ÷ ebbflow's: %s)\n", s.name, strings.Join(per, " "), strings.Join(cpus, " "))
 	}
 }
 
@@ -363,6 +387,9 @@ func (b *bench) build(systems []system) error {
 	steps := [][]string{}
 	if need("ebbflow") {
 		steps = append(steps, []string{b.root, "go", "build", "-tags", "pebblegozstd", "-trimpath", "-o", b.runner, "./cmd/runner"}) // as .ci/build
+		if b.baseline != "" {
+			steps = append(steps, []string{b.baseline, "go", "build", "-tags", "pebblegozstd", "-trimpath", "-o", b.runner + "-baseline", "./cmd/runner"})
+		}
 	}
 	if need("flink") {
 		steps = append(steps, []string{filepath.Join(b.root, "internal/bench/peers/flink"), "mvn", "-q", "-B", "package"})
@@ -387,6 +414,7 @@ type gen struct {
 	seed           uint64
 	window         time.Duration // tumbling event-time windows (0: one aggregate per user)
 	disorder       time.Duration // with window: ts lags the largest before it by less than this
+	shuffle        bool          // users in the order of a seeded permutation, each once per users records
 }
 
 // generate makes the input: record i has a random user and amount and the
@@ -398,8 +426,16 @@ func (g gen) generate(emit func(user string, value []byte)) map[string]agg {
 	rng := rand.New(rand.NewPCG(g.seed, g.seed^0x9e3779b97f4a7c15))
 	oracle := make(map[string]agg, g.users)
 	lag := g.disorder.Milliseconds()
+	var perm []int
+	if g.shuffle {
+		perm = rng.Perm(g.users)
+	}
 	for i := range g.records {
-		user := fmt.Sprintf("u%06d", rng.IntN(g.users))
+		u := rng.IntN(g.users)
+		if perm != nil {
+			u = perm[i%g.users]
+		}
+		user := fmt.Sprintf("u%06d", u)
 		amount := int64(rng.IntN(1000))
 		ts := 1_700_000_000_000 + int64(i)
 		if g.window > 0 && lag > 0 { // no draw otherwise: a seed makes the same input as before windows
@@ -541,8 +577,10 @@ func allSystems() []system {
 		{"raw-consume", func(_ context.Context, b *bench, _ string) (*exec.Cmd, func() (map[string]agg, error), error) {
 			return exec.Command(b.self, "-brokers", strings.Join(b.brokers, ","), "-consume", b.topic), nil, nil
 		}},
-		{"ebbflow", ebbflow(false)},
-		{"ebbflow-changelog", ebbflow(true)},
+		{"ebbflow", ebbflow(false, "")},
+		{"ebbflow-changelog", ebbflow(true, "")},
+		{"ebbflow-flush-checkpoint", ebbflow(false, "checkpoint")},
+		{"ebbflow-changelog-flush-checkpoint", ebbflow(true, "checkpoint")},
 		{"flink-hashmap", flink("hashmap", "discard")},
 		{"flink-rocksdb", flink("rocksdb", "discard")},
 		{"flink-hashmap-kafka", flink("hashmap", "kafka")},
@@ -553,7 +591,10 @@ func allSystems() []system {
 // ebbflowJob is the runner's job file; the changelog variant publishes the
 // table's changelog in committed mode, and the run ends when the export has
 // caught up. The windowed variant (ebbflowWindow) adds ts, event time and
-// the table's window.
+// the table's window. The flush-checkpoint variants set the sink's
+// flush_interval to checkpoint (the default is 100ms): each key is written
+// to the table once per checkpoint, as Kafka Streams' cache flushes once
+// per commit.
 const ebbflowJob = `job: {name: peers, parallelism: %d}
 source:
   kafka:
@@ -593,12 +634,19 @@ func ebbflowWindow(window, disorder time.Duration) (source, table string) {
 		fmt.Sprintf("    window: {tumble: %s, on: ts, emit: final}\n", window)
 }
 
-func ebbflow(changelog bool) func(context.Context, *bench, string) (*exec.Cmd, func() (map[string]agg, error), error) {
+func ebbflow(changelog bool, flush string) func(context.Context, *bench, string) (*exec.Cmd, func() (map[string]agg, error), error) {
 	return func(ctx context.Context, b *bench, dir string) (*exec.Cmd, func() (map[string]agg, error), error) {
+		runner := b.runner
+		if strings.Contains(filepath.Base(dir), "@baseline") { // runOne names dir <system>-<round>
+			runner += "-baseline"
+		}
 		cl := ""
 		topic := "peers-changelog-" + filepath.Base(dir) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		if changelog {
 			cl = fmt.Sprintf("    changelog: {topic: %q, mode: committed}", topic)
+		}
+		if flush != "" {
+			cl = strings.TrimPrefix(cl+"\n", "\n") + fmt.Sprintf("    flush_interval: %s", flush)
 		}
 		data := filepath.Join(dir, "data")
 		job := filepath.Join(dir, "job.yaml")
@@ -607,7 +655,7 @@ func ebbflow(changelog bool) func(context.Context, *bench, string) (*exec.Cmd, f
 			return nil, nil, err
 		}
 		read := func() (map[string]agg, error) {
-			got, err := scanTable(b.runner, data)
+			got, err := scanTable(runner, data)
 			if err != nil || !changelog {
 				return got, err
 			}
@@ -625,7 +673,7 @@ func ebbflow(changelog bool) func(context.Context, *bench, string) (*exec.Cmd, f
 		if b.profiles != "" {
 			args = append(args, "--cpu-profile", filepath.Join(b.profiles, filepath.Base(dir)+".pprof"))
 		}
-		return exec.Command(b.runner, args...), read, nil
+		return exec.Command(runner, args...), read, nil
 	}
 }
 
