@@ -144,18 +144,7 @@ func TestDatagenStraight(t *testing.T) {
 	for _, par := range []int{3, 2} {
 		p := load(t, fmt.Sprintf(jobFile, par, count, ""))
 		e := newEnv(t, dir, p)
-		j, err := e.Build(p, runtime.RestoreLatest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = j.Run(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tab, _ := e.Table("regions")
-		checkRegions(t, scanRegions(t, tab), want)
+		runRegions(t, e, p, want)
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -182,18 +171,7 @@ func TestFlushInterval(t *testing.T) {
 			t.Fatalf("%q: the writer's FlushInterval is %v, want %v", tc.yaml, cfg.FlushInterval, tc.want)
 		}
 		if tc.want == writer.FlushAtCheckpoint {
-			j, err := e.Build(p, runtime.RestoreLatest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err = j.Run(ctx)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			tab, _ := e.Table("regions")
-			checkRegions(t, scanRegions(t, tab), oracle(t, p, count))
+			runRegions(t, e, p, oracle(t, p, count))
 		}
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
@@ -301,6 +279,23 @@ func equalRegions(got, want map[string]regionTotal) bool {
 	return true
 }
 
+// runRegions runs p's bounded job in e to its end, from its latest
+// checkpoint, and checks its regions table against want.
+func runRegions(t *testing.T, e *Env, p *pipelines.Pipeline, want map[string]regionTotal) {
+	t.Helper()
+	j, err := e.Build(p, runtime.RestoreLatest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := j.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tab, _ := e.Table("regions")
+	checkRegions(t, scanRegions(t, tab), want)
+}
+
 func checkRegions(t *testing.T, got, want map[string]regionTotal) {
 	t.Helper()
 	if !equalRegions(got, want) {
@@ -328,17 +323,8 @@ func TestLogRetention(t *testing.T) {
 	}
 	e = newEnv(t, dir, p)
 	defer e.Close()
-	j, err := e.Build(p, runtime.RestoreLatest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := j.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	runRegions(t, e, p, oracle(t, p, count))
 	tab, _ = e.Table("regions")
-	checkRegions(t, scanRegions(t, tab), oracle(t, p, count))
 	truncated := 0
 	for b := range 4 {
 		start, end, err := tab.LogOffsets(b)
