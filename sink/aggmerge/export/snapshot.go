@@ -80,10 +80,12 @@ func ReadSnapshot(ctx context.Context, cfg SnapshotConfig) (*Snapshot, error) {
 		versionsTopic = changelogfmt.VersionsTopic
 	}
 	var chosen []Version
-	var err error
 	if tvs, ok := hostedVersions(cfg); ok {
-		chosen, err = ChooseVersions(tvs, cfg.Weak)
+		// No consistent set among the versions kept here is no error yet:
+		// the versions topics may hold one.
+		chosen, _ = ChooseVersions(tvs, cfg.Weak)
 	}
+	var err error
 	if chosen == nil {
 		tvs := make([]TableVersions, len(cfg.Topics))
 		err = each(len(cfg.Topics), func(i int) error {
