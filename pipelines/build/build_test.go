@@ -126,6 +126,19 @@ func startJob(t testing.TB, ctx context.Context, e *Env, p *pipelines.Pipeline) 
 	return j, done
 }
 
+// startJobs runs e's exporters and the job of each of ps under ctx:
+// exported receives RunExporters' error, dones[i] the Run error of job i.
+func startJobs(t testing.TB, ctx context.Context, e *Env, ps []*pipelines.Pipeline) (jobs []*Job, dones []<-chan error, exported <-chan error) {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- e.RunExporters(ctx) }()
+	for _, p := range ps {
+		j, done := startJob(t, ctx, e, p)
+		jobs, dones = append(jobs, j), append(dones, done)
+	}
+	return jobs, dones, ch
+}
+
 func testLogger() *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

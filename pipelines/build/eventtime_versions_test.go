@@ -104,14 +104,7 @@ func TestVersionsEventTime(t *testing.T) {
 	defer e.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exported := make(chan error, 1)
-	go func() { exported <- e.RunExporters(ctx) }()
-	var jobs []*Job
-	var dones []<-chan error
-	for _, p := range ps {
-		j, done := startJob(t, ctx, e, p)
-		jobs, dones = append(jobs, j), append(dones, done)
-	}
+	jobs, dones, exported := startJobs(t, ctx, e, ps)
 
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }

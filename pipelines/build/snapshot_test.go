@@ -90,14 +90,7 @@ func TestSnapshotChain(t *testing.T) {
 	defer e.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exported := make(chan error, 1)
-	go func() { exported <- e.RunExporters(ctx) }()
-	var jobs []*Job
-	var dones []<-chan error
-	for _, p := range ps {
-		j, done := startJob(t, ctx, e, p)
-		jobs, dones = append(jobs, j), append(dones, done)
-	}
+	jobs, dones, exported := startJobs(t, ctx, e, ps)
 	conn := kafka.Connection{Brokers: brokers}
 	cfg := export.SnapshotConfig{Kafka: conn, Topics: []string{aTopic, bTopic}}
 

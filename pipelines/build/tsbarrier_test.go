@@ -137,14 +137,7 @@ func (r *tsRun) life(t *testing.T, crash bool, during func(e *Env)) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exported := make(chan error, 1)
-	go func() { exported <- e.RunExporters(ctx) }()
-	var jobs []*Job
-	var dones []<-chan error
-	for _, p := range ps {
-		j, done := startJob(t, ctx, e, p)
-		jobs, dones = append(jobs, j), append(dones, done)
-	}
+	jobs, dones, exported := startJobs(t, ctx, e, ps)
 	during(e)
 	var errs []error
 	if crash {

@@ -99,14 +99,7 @@ func runChain(t *testing.T, spec string, users, perBatch int, stopUpstream bool)
 	defer e.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exported := make(chan error, 1)
-	go func() { exported <- e.RunExporters(ctx) }()
-	var jobs []*Job
-	var dones []<-chan error
-	for _, p := range ps {
-		j, done := startJob(t, ctx, e, p)
-		jobs, dones = append(jobs, j), append(dones, done)
-	}
+	jobs, dones, exported := startJobs(t, ctx, e, ps)
 	regions := []string{"eu", "us", "asia"}
 	var amounts int64
 	for batch := range 60 {
