@@ -46,8 +46,9 @@ type finalInput struct {
 	topic   string
 	clock   [3]time.Time // per partition: its largest event time
 	seq     int64
-	gap     time.Duration              // session windows with this gap, not tumbling ones of finalSize
-	windows map[finalWindow]finalValue // tumbling
+	gap     time.Duration              // session windows with this gap, not windows of finalSize
+	every   time.Duration              // hopping windows of finalSize starting every this (0: tumbling)
+	windows map[finalWindow]finalValue // tumbling or hopping
 	events  map[string][]finalEvent    // sessions: per user, every record
 }
 
@@ -113,10 +114,15 @@ func (in *finalInput) add(rec **kgo.Record, p int, at time.Time) {
 	if in.gap > 0 {
 		in.events[user] = append(in.events[user], finalEvent{at.UnixNano(), amount})
 	} else {
-		start := at.UnixNano() - at.UnixNano()%int64(finalSize)
-		k := finalWindow{user, start, start + int64(finalSize)}
-		w := in.windows[k]
-		in.windows[k] = finalValue{w.total + amount, w.orders + 1, max(w.top, amount)}
+		// The windows of finalSize that hold at: one starting every
+		// `every` (finalSize when tumbling), the last one at or before at.
+		every := cmp.Or(in.every, finalSize)
+		last := at.UnixNano() - at.UnixNano()%int64(every)
+		for start := last; start > at.UnixNano()-int64(finalSize); start -= int64(every) {
+			k := finalWindow{user, start, start + int64(finalSize)}
+			w := in.windows[k]
+			in.windows[k] = finalValue{w.total + amount, w.orders + 1, max(w.top, amount)}
+		}
 	}
 	v, _ := json.Marshal(map[string]any{"seq": in.seq, "user": user, "amount": amount, "at": at.Format(time.RFC3339Nano)})
 	*rec = &kgo.Record{Topic: in.topic, Partition: int32(p), Value: v}
@@ -221,7 +227,16 @@ func cmpFinal(a, b finalWindow) int {
 // the committed changelog (debezium-json, read_committed) one creation
 // per window and key with its final value, nothing else.
 func TestAbuseWindowFinalSIGKILL(t *testing.T) {
-	runAbuseFinal(t, "testdata/final_windows.yaml", 0)
+	runAbuseFinal(t, "testdata/final_windows.yaml", finalShape{})
+}
+
+// TestAbuseHopFinalSIGKILL is the same harness with hopping windows
+// (testdata/final_hops.yaml: 10s every 5s, so each record counts in two
+// windows, which close at different watermarks): after every kill only
+// closed windows with their exact values, at the end every window once in
+// the table and the committed changelog.
+func TestAbuseHopFinalSIGKILL(t *testing.T) {
+	runAbuseFinal(t, "testdata/final_hops.yaml", finalShape{every: 5 * time.Second})
 }
 
 // TestAbuseSessionFinalSIGKILL is the same harness with session windows
@@ -230,14 +245,33 @@ func TestAbuseWindowFinalSIGKILL(t *testing.T) {
 // every kill only closed sessions with their exact values, at the end
 // every session once in the table and the committed changelog.
 func TestAbuseSessionFinalSIGKILL(t *testing.T) {
-	runAbuseFinal(t, "testdata/final_sessions.yaml", time.Second)
+	runAbuseFinal(t, "testdata/final_sessions.yaml", finalShape{gap: time.Second})
 }
 
-// runAbuseFinal runs the harness on job file (gap: its session gap, 0 for
-// its tumbling windows of finalSize).
-func runAbuseFinal(t *testing.T, file string, gap time.Duration) {
+// TestAbuseRetainFinalSIGKILL is the harness with tumbling windows that
+// are deleted 20s of event time after they end (testdata/final_retain.yaml):
+// after every kill only closed windows with their exact values; at the end
+// (event time an hour on) none left in the table, and in the committed
+// changelog each window's creation with its final value, then its deletion,
+// once each.
+func TestAbuseRetainFinalSIGKILL(t *testing.T) {
+	runAbuseFinal(t, "testdata/final_retain.yaml", finalShape{retain: 20 * time.Second})
+}
+
+// finalShape is the windows of a harness job file: sessions with gap, or
+// windows of finalSize starting every `every` (0: tumbling); with retain,
+// deleted once the watermark passes their end plus retain.
+type finalShape struct{ gap, every, retain time.Duration }
+
+// expired reports whether the window is deleted at the highest watermark.
+func (s finalShape) expired(in *finalInput, k finalWindow) bool {
+	return s.retain > 0 && k.end+int64(s.retain) <= in.highest()
+}
+
+// runAbuseFinal runs the harness on job file, whose windows have shape.
+func runAbuseFinal(t *testing.T, file string, shape finalShape) {
 	size := finalSize
-	if gap > 0 {
+	if shape.gap > 0 {
 		size = 0
 	}
 	seed := *seedFlag
@@ -247,7 +281,7 @@ func runAbuseFinal(t *testing.T, file string, gap time.Duration) {
 	t.Logf("seed %d (replay with -seed %d)", seed, seed)
 	brokers := kafkatest.Brokers(t)
 	in := &finalInput{t: t, rng: rand.New(rand.NewSource(seed)), brokers: brokers,
-		topic: kafkatest.NewTopic(t, brokers, 3), gap: gap, windows: map[finalWindow]finalValue{}, events: map[string][]finalEvent{}}
+		topic: kafkatest.NewTopic(t, brokers, 3), gap: shape.gap, every: shape.every, windows: map[finalWindow]finalValue{}, events: map[string][]finalEvent{}}
 	for p := range in.clock {
 		in.clock[p] = time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	}
@@ -277,25 +311,48 @@ func runAbuseFinal(t *testing.T, file string, gap time.Duration) {
 			k+1, wait, len(got), len(in.closed()), len(in.all())-len(in.closed()), undoneKeys(c))
 	}
 	in.end()
-	want := in.closed()
+	want := in.closed() // every window the changelog creates
+	kept := maps.Clone(want)
+	maps.DeleteFunc(kept, func(k finalWindow, _ finalValue) bool { return shape.expired(in, k) })
 	c := start(t, env, args...)
 	diff := "not started"
-	waitFor(t, c, 60*time.Second, fmt.Sprintf("every closed window in the table (seed %d)", seed), func() bool {
+	waitFor(t, c, 60*time.Second, fmt.Sprintf("every closed window in the table, or deleted (seed %d)", seed), func() bool {
 		if liveRunner(dir) == "" {
 			return false
 		}
-		diff = diffFinal(scanFinal(t, dir, size), want, in.all(), true)
-		return diff == ""
+		if diff = diffFinal(scanFinal(t, dir, size), kept, in.all(), true); diff != "" {
+			return false
+		}
+		_, deleted := finalChangelog(t, seed, kafkatest.ConsumeAll(t, brokers, changelog))
+		diff = fmt.Sprintf("%d windows deleted in the committed changelog, want %d", deleted, len(want)-len(kept))
+		return deleted == len(want)-len(kept)
 	})
 	stopGracefully(t, c)
 	if undone += undoneKeys(c); undone == 0 { // the last run's start undid the last kill's
 		t.Fatalf("seed %d: %d kills, and no undo restored a key: the kills left nothing past the checkpoints, so the test proved little", seed, *killsFlag)
 	}
-	if d := diffFinal(scanFinal(t, dir, size), want, in.all(), true); d != "" {
+	if d := diffFinal(scanFinal(t, dir, size), kept, in.all(), true); d != "" {
 		t.Fatalf("seed %d: %s", seed, d)
 	}
-	seen := map[finalWindow]finalValue{}
-	for _, r := range kafkatest.ConsumeStable(t, brokers, changelog) {
+	created, deleted := finalChangelog(t, seed, kafkatest.ConsumeStable(t, brokers, changelog))
+	if d := diffFinal(created, want, in.all(), true); d != "" {
+		t.Fatalf("seed %d: the committed changelog: %s", seed, d)
+	}
+	if deleted != len(want)-len(kept) {
+		t.Fatalf("seed %d: the committed changelog deletes %d windows, want %d", seed, deleted, len(want)-len(kept))
+	}
+	t.Logf("seed %d: %d windows final, each once in the table (%d deleted since) and the changelog; undo restored %d keys over the runs",
+		seed, len(want), deleted, undone)
+}
+
+// finalChangelog reads a final table's committed changelog (debezium-json):
+// each window's creation, with its final value, and at most once after it
+// its deletion, with that value as its before-image, and the deletion's
+// tombstone; anything else fails the test. It returns the windows created and how many were deleted.
+func finalChangelog(t *testing.T, seed int64, recs []*kgo.Record) (created map[finalWindow]finalValue, deleted int) {
+	t.Helper()
+	created, gone, buried := map[finalWindow]finalValue{}, map[finalWindow]bool{}, map[finalWindow]bool{}
+	for _, r := range recs {
 		var key struct {
 			User        string    `json:"user"`
 			WindowStart time.Time `json:"window_start"`
@@ -304,19 +361,35 @@ func runAbuseFinal(t *testing.T, file string, gap time.Duration) {
 		var v struct {
 			Op     string          `json:"op"`
 			Before json.RawMessage `json:"before"`
-			After  struct{ Total, Orders, Top int64 }
+			After  json.RawMessage `json:"after"`
 		}
-		if json.Unmarshal(r.Key, &key) != nil || json.Unmarshal(r.Value, &v) != nil || v.Op != "c" || string(v.Before) != "null" {
-			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a window", seed, r.Key, r.Value)
+		if json.Unmarshal(r.Key, &key) != nil {
+			t.Fatalf("seed %d: changelog record key %s: not debezium-json", seed, r.Key)
 		}
 		k := finalWindow{key.User, key.WindowStart.UnixNano(), key.WindowEnd.UnixNano()}
-		if _, dup := seen[k]; dup {
-			t.Fatalf("seed %d: window %v twice in the committed changelog", seed, k)
+		if r.Value == nil && gone[k] && !buried[k] { // the tombstone after a deletion
+			buried[k] = true
+			continue
 		}
-		seen[k] = finalValue{v.After.Total, v.After.Orders, v.After.Top}
+		if json.Unmarshal(r.Value, &v) != nil {
+			t.Fatalf("seed %d: changelog record %s = %s: not debezium-json", seed, r.Key, r.Value)
+		}
+		value := func(raw json.RawMessage) finalValue {
+			var row struct{ Total, Orders, Top int64 }
+			if json.Unmarshal(raw, &row) != nil {
+				t.Fatalf("seed %d: changelog record %s = %s: a row %s", seed, r.Key, r.Value, raw)
+			}
+			return finalValue{row.Total, row.Orders, row.Top}
+		}
+		switch _, made := created[k]; {
+		case v.Op == "c" && string(v.Before) == "null" && !made:
+			created[k] = value(v.After)
+		case v.Op == "d" && made && !gone[k] && string(v.After) == "null" && value(v.Before) == created[k]:
+			gone[k] = true
+			deleted++
+		default:
+			t.Fatalf("seed %d: changelog record %s = %s: not the creation of a new window, nor the deletion of a created one", seed, r.Key, r.Value)
+		}
 	}
-	if d := diffFinal(seen, want, in.all(), true); d != "" {
-		t.Fatalf("seed %d: the committed changelog: %s", seed, d)
-	}
-	t.Logf("seed %d: %d windows final, each once in the table and the changelog; undo restored %d keys over the runs", seed, len(want), undone)
+	return created, deleted
 }
