@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/state"
@@ -115,5 +117,41 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSequenceTimeStep: with TimeStep each record's event time is Seq ×
+// TimeStep, given by the same watermarks as with an EventTime function:
+// each split's watermark is its largest event time less the bound (and
+// 1 ns), the source's the least over its splits.
+func TestSequenceTimeStep(t *testing.T) {
+	const step, bound = time.Millisecond, 5 * time.Millisecond
+	for _, cfg := range []SequenceConfig{
+		{Count: 1000, Splits: 3, TimeStep: step, MaxOutOfOrderness: bound},
+		{Count: 1000, Splits: 3, EventTime: func(seq uint64) int64 { return int64(seq) * int64(step) }, MaxOutOfOrderness: bound},
+	} {
+		src := NewSequence(cfg)()
+		must(t, src.Open(&runtime.Context{Subtask: 0, Parallelism: 1}))
+		wm, ok := src.(runtime.WatermarkSource)
+		if !ok {
+			t.Fatalf("a sequence with event time is not a runtime.WatermarkSource")
+		}
+		largest := make([]int64, cfg.Splits)
+		for {
+			b, err := src.Read(make([]Event, 0, 100))
+			for _, e := range b {
+				if e.Time != int64(e.Seq)*int64(step) {
+					t.Fatalf("record %d at %d, want %d", e.Seq, e.Time, int64(e.Seq)*int64(step))
+				}
+				largest[e.Seq%uint64(cfg.Splits)] = e.Time
+			}
+			if w, _ := wm.Watermark(time.Now()); w != slices.Min(largest)-int64(bound)-1 && slices.Min(largest) > 0 {
+				t.Fatalf("watermark %d, want %d", w, slices.Min(largest)-int64(bound)-1)
+			}
+			if err == io.EOF {
+				break
+			}
+			must(t, err)
+		}
 	}
 }

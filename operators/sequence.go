@@ -17,7 +17,8 @@ type Event struct {
 	Seq   uint64 // position in the whole sequence, unique
 	Key   uint64 // Seq's key, in [0, Keys)
 	Value int64  // a deterministic function of Seq
-	// Time is the event time (Unix ns) SequenceConfig.EventTime gave Seq.
+	// Time is the event time (Unix ns) SequenceConfig.EventTime or TimeStep
+	// gave Seq.
 	Time int64 `json:",omitempty"`
 }
 
@@ -37,10 +38,19 @@ type SequenceConfig struct {
 	// ns) from its Seq, and makes the source a runtime.WatermarkSource: each
 	// split's watermark is its largest event time minus MaxOutOfOrderness,
 	// and a split without records for IdleTimeout (0: never) is idle.
-	EventTime         func(seq uint64) int64
+	EventTime func(seq uint64) int64
+	// TimeStep, if EventTime is nil, gives record Seq the event time
+	// Seq × TimeStep, with the same watermarks: a steady clock read off the
+	// record, which costs what reading a Kafka record's timestamp does (no
+	// call per record, as EventTime is).
+	TimeStep          time.Duration
 	MaxOutOfOrderness time.Duration
 	IdleTimeout       time.Duration
 }
+
+// timed reports whether the records have event times (and the source
+// watermarks).
+func (cfg SequenceConfig) timed() bool { return cfg.EventTime != nil || cfg.TimeStep > 0 }
 
 // ValueOf is the Value of sequence number seq.
 func ValueOf(seq uint64) int64 { return int64(seq%1000) + 1 }
@@ -60,7 +70,7 @@ func NewSequence(cfg SequenceConfig) func() runtime.Source[Event] {
 	if cfg.Keys == 0 {
 		cfg.Keys = 100
 	}
-	if cfg.EventTime != nil {
+	if cfg.timed() {
 		return func() runtime.Source[Event] { return &timedSequence{sequence{cfg: cfg}} }
 	}
 	return func() runtime.Source[Event] { return &sequence{cfg: cfg} }
@@ -78,12 +88,12 @@ type sequence struct {
 	rr      int
 	start   time.Time
 	emitted float64
-	wms     *watermark.Splits // with EventTime
+	wms     *watermark.Splits // with event time
 }
 
 func (s *sequence) Open(ctx *runtime.Context) error {
 	s.start = time.Now()
-	if s.cfg.EventTime != nil {
+	if s.cfg.timed() {
 		s.wms = watermark.NewSplits(s.cfg.MaxOutOfOrderness, s.cfg.IdleTimeout)
 	}
 	add := func(sp split, max int64) {
@@ -141,12 +151,16 @@ func (s *sequence) Read(buf []Event) ([]Event, error) {
 		s.rr = (s.rr + 1) % len(s.splits)
 		// The run's largest event time goes to the split's tracker once,
 		// not per record.
-		timeOf, top, n := s.cfg.EventTime, watermark.Min, 0
+		timeOf, step, top, n := s.cfg.EventTime, int64(s.cfg.TimeStep), watermark.Min, 0
 		for ; n < 64 && room > 0 && !s.done(*sp); n++ {
 			seq := s.seq(*sp)
 			e := Event{Seq: seq, Key: KeyOf(seq, s.cfg.Keys), Value: ValueOf(seq)}
-			if timeOf != nil {
+			switch {
+			case timeOf != nil:
 				e.Time = timeOf(seq)
+				top = max(top, e.Time)
+			case step > 0:
+				e.Time = int64(seq) * step
 				top = max(top, e.Time)
 			}
 			buf = append(buf, e)

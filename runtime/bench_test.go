@@ -67,31 +67,36 @@ func benchJob(b *testing.B, par int, interval time.Duration, keyed bool, build f
 func intervals() []time.Duration { return []time.Duration{0, time.Second} }
 
 func BenchmarkChainedMapFilter(b *testing.B) {
-	for _, par := range []int{1, 2} {
-		for _, iv := range intervals() {
-			b.Run(fmt.Sprintf("p=%d/checkpoint=%s", par, iv), func(b *testing.B) {
-				benchJob(b, par, iv, false, func(j *runtime.Job, sink func() runtime.Sink[operators.Event]) {
-					src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: uint64(b.N), Splits: 2}))
-					m := runtime.Map(src, "map", func(e operators.Event) operators.Event { e.Value++; return e })
-					f := runtime.Filter(m, "filter", func(e operators.Event) bool { return e.Value != 0 })
-					runtime.SinkTo(f, "discard", sink)
-				})
-			})
-		}
-	}
+	benchChainedMapFilter(b, operators.SequenceConfig{Splits: 2})
 }
 
 // BenchmarkChainedMapFilterWatermarks is BenchmarkChainedMapFilter with
-// event time: every record gets one (from its Seq), each split tracks it,
-// and watermarks go down the chain every 200ms. The difference between the
-// two, run on a quiet machine, is the watermark overhead (docs/BENCHMARKS.md).
+// event time: every record gets one from its Seq, each split tracks it,
+// and watermarks go down the chain every 200ms. time=step reads it off the
+// record (SequenceConfig.TimeStep, as a Kafka source reads a record's
+// timestamp), time=func calls a function per record (EventTime). The
+// difference to BenchmarkChainedMapFilter, run interleaved, is the
+// watermark overhead (docs/BENCHMARKS.md).
 func BenchmarkChainedMapFilterWatermarks(b *testing.B) {
+	b.Run("time=step", func(b *testing.B) {
+		benchChainedMapFilter(b, operators.SequenceConfig{Splits: 2, TimeStep: time.Millisecond, MaxOutOfOrderness: time.Second})
+	})
+	b.Run("time=func", func(b *testing.B) {
+		benchChainedMapFilter(b, operators.SequenceConfig{Splits: 2,
+			EventTime: func(seq uint64) int64 { return int64(seq) * int64(time.Millisecond) }, MaxOutOfOrderness: time.Second})
+	})
+}
+
+// benchChainedMapFilter runs source → map → filter → discard on a sequence
+// of b.N records configured by cfg, at parallelism 1 and 2, with
+// checkpoints off and every second.
+func benchChainedMapFilter(b *testing.B, cfg operators.SequenceConfig) {
 	for _, par := range []int{1, 2} {
 		for _, iv := range intervals() {
 			b.Run(fmt.Sprintf("p=%d/checkpoint=%s", par, iv), func(b *testing.B) {
 				benchJob(b, par, iv, false, func(j *runtime.Job, sink func() runtime.Sink[operators.Event]) {
-					src := runtime.FromSource(j, "seq", operators.NewSequence(operators.SequenceConfig{Count: uint64(b.N), Splits: 2,
-						EventTime: func(seq uint64) int64 { return int64(seq) * int64(time.Millisecond) }, MaxOutOfOrderness: time.Second}))
+					cfg.Count = uint64(b.N)
+					src := runtime.FromSource(j, "seq", operators.NewSequence(cfg))
 					m := runtime.Map(src, "map", func(e operators.Event) operators.Event { e.Value++; return e })
 					f := runtime.Filter(m, "filter", func(e operators.Event) bool { return e.Value != 0 })
 					runtime.SinkTo(f, "discard", sink)
