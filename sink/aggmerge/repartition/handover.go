@@ -197,6 +197,9 @@ type partitionImages struct {
 	records int
 }
 
+// maxImagesHint caps the keys readImages makes room for before reading.
+const maxImagesHint = 1 << 18
+
 // readImages reads partitions of an owner log to their end, checking each
 // chain (ErrTwoOwners), keeping the last image of each key.
 func readImages(ctx context.Context, conn []kgo.Opt, topic string, partitions []int32, schema aggmerge.Schema) (map[int32]*partitionImages, error) {
@@ -207,7 +210,13 @@ func readImages(ctx context.Context, conn []kgo.Opt, topic string, partitions []
 	var slab []agg.Value // the images' values, allocated in chunks
 	columns, buckets := len(schema.Values), schema.Buckets
 	var rec ownerRecord
-	err := readOwnerLog(ctx, conn, topic, partitions, func(r *kgo.Record) error {
+	// A map made for its keys grows without rehashing them all at each
+	// doubling: that was a tenth of a rebuild's CPU. The log's length
+	// bounds the keys; a long log of few keys must not cost memory.
+	sized := func(p int32, end int64) {
+		out[p].images = make(map[string][]agg.Value, min(end, maxImagesHint))
+	}
+	err := readOwnerLog(ctx, conn, topic, partitions, sized, func(r *kgo.Record) error {
 		pi := out[r.Partition]
 		pi.records++
 		if err := decodeOwner(r.Value, columns, &rec); err != nil {

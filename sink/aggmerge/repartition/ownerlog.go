@@ -172,8 +172,9 @@ func (c *ownerChain) broken(offset int64, format string, args ...any) error {
 
 // readOwnerLog reads partitions of an owner log read_committed, from their
 // start up to their stable end as of the call, and calls fn with each
-// data record in offset order per partition.
-func readOwnerLog(ctx context.Context, conn []kgo.Opt, topic string, partitions []int32, fn func(*kgo.Record) error) error {
+// data record in offset order per partition. sized, if not nil, is told
+// first each non-empty partition's stable end: at most that many records.
+func readOwnerLog(ctx context.Context, conn []kgo.Opt, topic string, partitions []int32, sized func(p int32, end int64), fn func(*kgo.Record) error) error {
 	cl, err := kgo.NewClient(append(conn,
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // to see that a partition's end is reached
@@ -199,6 +200,9 @@ func readOwnerLog(ctx context.Context, conn []kgo.Opt, topic string, partitions 
 		}
 		if o.Offset > 0 {
 			ends[p], from[p] = o.Offset, kgo.NewOffset().AtStart()
+			if sized != nil {
+				sized(p, o.Offset)
+			}
 		}
 	}
 	if len(ends) == 0 {
@@ -249,7 +253,7 @@ func CheckOwners(ctx context.Context, conn kafka.Connection, repartitionTopic st
 		ps[p], chains[p] = int32(p), newOwnerChain(int32(p))
 	}
 	var rec ownerRecord
-	return readOwnerLog(ctx, opts, OwnerLogTopic(repartitionTopic), ps, func(r *kgo.Record) error {
+	return readOwnerLog(ctx, opts, OwnerLogTopic(repartitionTopic), ps, nil, func(r *kgo.Record) error {
 		if err := decodeOwner(r.Value, columns, &rec); err != nil {
 			return fmt.Errorf("check owners: %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
