@@ -49,7 +49,8 @@ type Keyed struct {
 	// A barrier's flush is applied and captured on the persist goroutine
 	// (Capture). inflight is closed when it is done; until then no other
 	// Apply runs and nothing is evicted, so every key it writes stays
-	// cached and reads never see the backend behind the cache. spare* hold
+	// cached (or, in a complete cache, is known to have no value: see
+	// Value.LoadAll) and reads never see the backend behind the cache. spare* hold
 	// the other batch and buffer, swapped at each Capture.
 	inflight   chan struct{}
 	applyErr   error // set before inflight closes: the cache is ahead of the backend for good

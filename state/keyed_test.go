@@ -156,3 +156,98 @@ func TestValueScan(t *testing.T) {
 		t.Fatal("scan found the deleted key 3")
 	}
 }
+
+// countingBackend counts the point reads of a backend.
+type countingBackend struct {
+	KeyedBackend
+	gets int
+}
+
+func (b *countingBackend) Get(key []byte) ([]byte, bool, error) {
+	b.gets++
+	return b.KeyedBackend.Get(key)
+}
+
+// TestLoadAllComplete: after LoadAll of a state that fits the cache, Get
+// answers every key from the cache, with or without a value, reading
+// nothing from the backend, also after deletes and checkpoints (the
+// flushed deletes leave the cache); once the cache evicts a value, a Get
+// reads the backend again and still sees every value.
+func TestLoadAllComplete(t *testing.T) {
+	const cache = 64
+	groups := RangeFor(DefaultMaxParallelism, 1, 0)
+	mem, err := NewMemoryFactory().OpenKeyed(KeyedSpec{KeyGroups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &countingBackend{KeyedBackend: mem}
+	open := func() (*Keyed, *Value[int, int]) {
+		kd := NewKeyed(KeyedConfig{Backend: b, KeyGroups: groups, CacheEntries: cache})
+		return kd, NewValue(kd, "v", IntCodec{}, IntCodec{})
+	}
+	kd, vals := open()
+	for k := range 10 {
+		if err := vals.Put(k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kd.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	kd, vals = open() // a restore: the values are in the backend only
+	loaded := 0
+	if err := vals.LoadAll(func(k, v int) error {
+		loaded++
+		if v != k {
+			t.Errorf("loaded v[%d] = %d", k, v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if loaded != 10 {
+		t.Fatalf("LoadAll read %d values, want 10", loaded)
+	}
+	get := func(k, want int, found bool) {
+		t.Helper()
+		if v, ok, err := vals.Get(k); err != nil || ok != found || (ok && v != want) {
+			t.Fatalf("v[%d] = %d, %v, %v; want %d, %v", k, v, ok, err, want, found)
+		}
+	}
+	for round := range 3 {
+		for k := range 20 { // 10..19 have no value yet
+			get(k, k+round, k < 10)
+		}
+		for k := range 10 {
+			if err := vals.Put(k, k+round+1); err != nil {
+				t.Fatal(err)
+			}
+			if err := vals.Delete(10 + k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := kd.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.gets != 0 {
+		t.Fatalf("%d backend reads with a complete cache, want none", b.gets)
+	}
+	if n := kd.CachedEntries(); n != 10 {
+		t.Errorf("%d cached entries, want the 10 values (flushed deletes are not kept)", n)
+	}
+
+	for k := 100; k < 100+2*cache; k++ { // overflows the cache: it evicts values
+		if err := vals.Put(k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range 10 {
+		get(k, k+3, true)
+	}
+	get(10, 0, false)
+	if b.gets == 0 {
+		t.Error("no backend read after the cache evicted values: Get would miss evicted values")
+	}
+}

@@ -27,6 +27,11 @@ type table[K comparable, V any] struct {
 	m     map[K]entry[V]
 	gen   uint32 // generation of dirty entries, never 0
 	dirty []K    // keys whose entry is dirty, each once
+	// complete: the cache holds every value of the state (loadAll put them
+	// there and none was evicted since), so a key it lacks has none and get
+	// answers it without reading the backend. The cache then keeps no
+	// absent entries once they are flushed (markClean).
+	complete bool
 }
 
 func newTable[K comparable, V any](kd *Keyed, name string, kc Codec[K], vc Codec[V]) *table[K, V] {
@@ -38,6 +43,10 @@ func newTable[K comparable, V any](kd *Keyed, name string, kc Codec[K], vc Codec
 func (t *table[K, V]) get(k K) (V, bool, error) {
 	if e, ok := t.m[k]; ok {
 		return e.v, e.present, nil
+	}
+	if t.complete {
+		var zero V
+		return zero, false, nil
 	}
 	return t.load(k)
 }
@@ -158,6 +167,16 @@ func (t *table[K, V]) markClean() {
 		}
 		t.gen = 1
 	}
+	if t.complete {
+		// A flushed absent entry tells nothing a complete cache does not.
+		// The batch holds its delete: the backend behind it is never read.
+		for _, k := range t.dirty {
+			if !t.m[k].present {
+				delete(t.m, k)
+				t.kd.entries--
+			}
+		}
+	}
 	clear(t.dirty)
 	t.dirty = t.dirty[:0]
 }
@@ -171,9 +190,30 @@ func (t *table[K, V]) evict(n int) int {
 		if e.gen != t.gen {
 			delete(t.m, k)
 			freed++
+			t.complete = t.complete && !e.present
 		}
 	}
 	return freed
+}
+
+// loadAll is scan that also caches every value it reads, as a clean
+// entry, while the cache has room (it never evicts during the scan); if
+// all of them fit, the cache is complete from then on.
+func (t *table[K, V]) loadAll(fn func(k K, v V) error) error {
+	complete := true
+	err := t.scan(func(k K, v V) error {
+		if _, cached := t.m[k]; !cached { // else cached after the flush: the same value
+			if t.kd.entries < t.kd.maxEntries {
+				t.m[k] = entry[V]{v: v, present: true}
+				t.kd.entries++
+			} else {
+				complete = false
+			}
+		}
+		return fn(k, v)
+	})
+	t.complete = err == nil && complete
+	return err
 }
 
 // scan writes the cache to the backend, then calls fn for every key of the

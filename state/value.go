@@ -30,6 +30,15 @@ func (s *Value[K, V]) Delete(k K) error {
 // such as the runtime's event-time timers, not for the record path.
 func (s *Value[K, V]) Scan(fn func(k K, v V) error) error { return s.t.scan(fn) }
 
+// LoadAll is Scan that also puts every value it reads into the cache. If
+// they all fit, the cache knows the whole state from then on: Get of a key
+// without a value reads nothing from the backend (a state of many new
+// keys, such as the open windows of a window operator, would otherwise pay
+// a backend read that misses for each), until the cache evicts one of the
+// values. Call it in Open, before the state is used; fn must not change
+// the state.
+func (s *Value[K, V]) LoadAll(fn func(k K, v V) error) error { return s.t.loadAll(fn) }
+
 // Reducing holds per key the fold of every value added with reduce.
 type Reducing[K comparable, V any] struct {
 	t      *table[K, V]
