@@ -33,6 +33,19 @@ type EventTimeProcessor[K comparable, Out any] interface {
 	OnEventTime(key K, at int64, out *Collector[Out]) error
 }
 
+// WatermarkProcessor is implemented by keyed processors that act on event
+// time for many keys at once rather than through a timer per key (a window
+// operator firing every window of one end, from an index of its own):
+// OnWatermark(w) is called on the task goroutine each time the processor's
+// watermark advances to w, after its due timers fired and before w goes
+// downstream. As with WatermarkSink, a restored processor hears no call
+// for its restored floor (Context.Watermark tells it), only for the
+// advances past it; it must rebuild what it acts on from its keyed state
+// in Open, so that a restore acts at the same watermarks.
+type WatermarkProcessor[Out any] interface {
+	OnWatermark(w int64, out *Collector[Out]) error
+}
+
 // EventTimeOperator is implemented by operators that register timers with
 // Context.RegisterEventTimer.
 type EventTimeOperator[Out any] interface {
@@ -143,6 +156,28 @@ func NewEventTimers[K comparable](ctx *Context, keyed *state.Keyed, kc state.Cod
 	}
 	ctx.events = t
 	return t, nil
+}
+
+// DiscardEventTimers deletes every keyed event-time timer the processor
+// opening on keyed restored (its state "ebbflow.timers"), for a processor
+// that no longer uses EventTimers but may restore a checkpoint of a version
+// that did; it returns how many keys had timers. Call it in Open, instead
+// of NewEventTimers; the deletes go with the next checkpoint.
+func DiscardEventTimers(keyed *state.Keyed) (int, error) {
+	times := state.NewValue(keyed, timerName, state.StringCodec{}, state.Codec[[]byte](state.BytesCodec{}))
+	var keys []string
+	if err := times.Scan(func(k string, _ []byte) error {
+		keys = append(keys, k)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("read the event-time timers to discard: %w", err)
+	}
+	for _, k := range keys {
+		if err := times.Delete(k); err != nil {
+			return 0, fmt.Errorf("discard event-time timers: %w", err)
+		}
+	}
+	return len(keys), nil
 }
 
 // Register asks for an OnEventTime(key, at) call once the watermark reaches
@@ -364,11 +399,18 @@ func (l *operatorLink[In, Out]) advanceWatermark(w int64) error {
 }
 
 func (l *keyedLink[K, In, Out]) advanceWatermark(w int64) error {
-	if l.timers == nil {
+	wp, onWatermark := l.proc.(WatermarkProcessor[Out])
+	if l.timers == nil && !onWatermark {
 		return nil
 	}
-	h := l.proc.(EventTimeProcessor[K, Out]) // checked at open
-	err := l.timers.fire(w, func(key K, at int64) error { return h.OnEventTime(key, at, &l.out) })
+	var err error
+	if l.timers != nil {
+		h := l.proc.(EventTimeProcessor[K, Out]) // checked at open
+		err = l.timers.fire(w, func(key K, at int64) error { return h.OnEventTime(key, at, &l.out) })
+	}
+	if err == nil && onWatermark {
+		err = wp.OnWatermark(w, &l.out)
+	}
 	return errors.Join(err, l.out.done())
 }
 

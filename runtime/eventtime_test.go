@@ -110,6 +110,71 @@ func TestEventTimersFireWhenWatermarkPasses(t *testing.T) {
 	}
 }
 
+// watermarkProbe records each OnWatermark call (at, the argument; wm, its
+// Context's watermark then).
+type watermarkProbe struct {
+	ctx   *runtime.Context
+	mu    *sync.Mutex
+	calls *[]firing
+}
+
+func (p *watermarkProbe) Open(ctx *runtime.Context, _ *state.Keyed) error {
+	p.ctx = ctx
+	return nil
+}
+
+func (p *watermarkProbe) Process(uint64, operators.Event, *runtime.Collector[operators.Event]) error {
+	return nil
+}
+
+func (p *watermarkProbe) OnWatermark(w int64, out *runtime.Collector[operators.Event]) error {
+	p.mu.Lock()
+	*p.calls = append(*p.calls, firing{at: w, wm: p.ctx.Watermark()})
+	p.mu.Unlock()
+	out.Emit(operators.Event{Time: w})
+	return nil
+}
+
+func (p *watermarkProbe) Close() error { return nil }
+
+// TestKeyedOnWatermark: a keyed processor that implements
+// WatermarkProcessor hears every advance of its watermark, in order, once
+// each, with its Context already there.
+func TestKeyedOnWatermark(t *testing.T) {
+	f := newFeed(1, 0)
+	var mu sync.Mutex
+	var calls []firing
+	j := runtime.NewJob(runtime.Options{Name: "onwatermark", WatermarkInterval: time.Millisecond})
+	src := runtime.FromSource(j, "feed", f.source)
+	ks := runtime.KeyBy(src, func(e operators.Event) uint64 { return e.Key }, state.Uint64Codec{})
+	out := runtime.Process(ks, "probe", func() runtime.KeyedProcessor[uint64, operators.Event, operators.Event] {
+		return &watermarkProbe{mu: &mu, calls: &calls}
+	})
+	runtime.SinkTo(out, "discard", operators.NewDiscard[operators.Event](nil))
+	done := make(chan error, 1)
+	go func() { done <- j.Run(context.Background()) }()
+	for _, ts := range []int64{100, 101, 1000} {
+		f.chans[0] <- rec{ts: ts, key: 1}
+		awaitTasks(t, j, "probe", -1, fmt.Sprint("at ", ts-1), wmIs(ts-1))
+	}
+	j.Stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[int64]bool{}
+	for i, c := range calls {
+		if c.wm != c.at || (i > 0 && c.at <= calls[i-1].at) {
+			t.Fatalf("calls %v: each must come with its Context there, in increasing order", calls)
+		}
+		seen[c.at] = true
+	}
+	if !seen[99] || !seen[100] || !seen[999] {
+		t.Fatalf("calls %v: want 99, 100 and 999 among them", calls)
+	}
+}
+
 // windowSize is the tumbling window of the windowed test job (event time).
 const windowSize = int64(time.Second)
 
