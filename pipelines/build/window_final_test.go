@@ -3,6 +3,7 @@ package build
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,8 +21,11 @@ import (
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
+	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/runtime/watermark"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/state"
 )
 
 // The final-window oracle. Input comes in phases; between two phases the
@@ -938,4 +942,107 @@ func scanWindowsOf(t *testing.T, dir string, p *pipelines.Pipeline) map[winKey]w
 	defer e.Close()
 	tab, _ := e.Table("per_window")
 	return scanWindows(t, tab)
+}
+
+// TestWindowFinalRestoresTimerCheckpoint: the keyed state of a final
+// window's processor as the version before issue #15 checkpointed it, with
+// an event-time timer per window (the state "ebbflow.timers") beside the
+// partials ("windows"), restores: each window fires once, when the
+// watermark reaches its close time, in key order, with its partials, and
+// the old timers are deleted from the state.
+func TestWindowFinalRestoresTimerCheckpoint(t *testing.T) {
+	c := finalCase{par: 1, parts: 1, size: 10 * time.Second, lateness: 5 * time.Second, bound: time.Second, late: pipelines.LateDrop}
+	p := load(t, finalJob(c, "final", []string{"127.0.0.1:1"}, "in", ""))
+	e := openEnv(t, Options{DataDir: t.TempDir()}, p)
+	defer e.Close()
+	table, _ := e.Table("per_window")
+	pt := p.Tables[0]
+	var cols []string
+	for _, col := range pt.Columns {
+		cols = append(cols, col.Name)
+	}
+	groups := state.RangeFor(state.DefaultMaxParallelism, 1, 0)
+	backend, err := state.NewMemoryFactory().OpenKeyed(state.KeyedSpec{KeyGroups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKeyed := func() *state.Keyed { return state.NewKeyed(state.KeyedConfig{Backend: backend, KeyGroups: groups}) }
+
+	// The old checkpoint: windows [0, 10s) of u2 and u1, [10s, 20s) of u1.
+	type win struct {
+		user       string
+		start      int64
+		total, top int64
+	}
+	wins := []win{{"u2", 0, 7, 7}, {"u1", 0, 5, 3}, {"u1", 10e9, 4, 4}}
+	old := newKeyed()
+	proc := newWindowProc(pt, table, cols)
+	parts := state.NewValue(old, "windows", state.StringCodec{}, state.Codec[[]agg.Value](partialsCodec{proc.parts.types}))
+	timers := state.NewValue(old, "ebbflow.timers", state.StringCodec{}, state.Codec[[]byte](state.BytesCodec{}))
+	keyOf := func(w win) string {
+		k, err := table.AppendKey(nil, appendBounds([]agg.Value{agg.StringValue(w.user)}, w.start, w.start+int64(c.size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(k)
+	}
+	closesAt := func(w win) int64 { return w.start + int64(c.size) - 1 + int64(c.lateness) }
+	for _, w := range wins {
+		// The columns: total (sum), n (count), top (max).
+		if err := parts.Put(keyOf(w), []agg.Value{agg.IntValue(w.total), agg.IntValue(2), agg.IntValue(w.top)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := timers.Put(keyOf(w), binary.BigEndian.AppendUint64(nil, uint64(closesAt(w)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	restored := newKeyed()
+	ctx := &runtime.Context{Operator: "per_window-window", Logger: testLogger(), Registerer: prometheus.NewRegistry()}
+	if err := proc.Open(ctx, restored); err != nil {
+		t.Fatalf("open on the old checkpoint: %v", err)
+	}
+	var fired []string
+	fire := func(wm int64) {
+		t.Helper()
+		if err := proc.fireUpTo(wm, func(v windowed) {
+			fired = append(fired, fmt.Sprintf("%s@%s:%v", v.key[0].Str(), v.key[1].Time().Format("05"), v.vals))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fire(closesAt(wins[0]) - 1)
+	if len(fired) != 0 {
+		t.Fatalf("fired %v before the windows close", fired)
+	}
+	fire(closesAt(wins[0]))
+	want := fmt.Sprint([]string{"u1@00:[5 2 3]", "u2@00:[7 2 7]"})
+	if fmt.Sprint(fired) != want {
+		t.Fatalf("at the first close time fired %v, want %s (key order)", fired, want)
+	}
+	fire(closesAt(wins[2]) + int64(time.Hour))
+	fire(closesAt(wins[2]) + 2*int64(time.Hour))
+	want = fmt.Sprint([]string{"u1@00:[5 2 3]", "u2@00:[7 2 7]", "u1@10:[4 2 4]"})
+	if fmt.Sprint(fired) != want {
+		t.Fatalf("fired %v, want %s (each window once)", fired, want)
+	}
+	if err := restored.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	after := newKeyed()
+	for _, name := range []string{"windows", "ebbflow.timers"} {
+		n := 0
+		if err := state.NewValue(after, name, state.StringCodec{}, state.Codec[[]byte](state.BytesCodec{})).Scan(func(string, []byte) error {
+			n++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("state %q holds %d entries after every window fired, want none", name, n)
+		}
+	}
 }

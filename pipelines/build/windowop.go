@@ -3,6 +3,7 @@ package build
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,19 +37,26 @@ import (
 //   - emit: updates: any other record goes on to the writer as it is;
 //   - emit: final: its values are folded, as partial aggregates of the
 //     table's own functions (agg.Func Partial and Combine), into the
-//     window's entry of the keyed state "windows", and an event-time timer
-//     is set at ClosesAt. The timer fires once, when the watermark reaches
-//     it; the window's row goes to the writer (Config.Partials) and its
-//     state is deleted. The partials and the timers are keyed state:
-//     checkpointed, restored and rescaled by key group with the rest, so a
-//     restore fires the windows its checkpoint held open, at the same
-//     watermarks, with the same values.
+//     window's entry of the keyed state "windows". The window fires once,
+//     when the processor's watermark reaches ClosesAt of its end
+//     (OnWatermark): its row goes to the writer (Config.Partials) and its
+//     state is deleted. The partials are keyed state: checkpointed,
+//     restored and rescaled by key group with the rest, so a restore fires
+//     the windows its checkpoint held open, at the same watermarks, with
+//     the same values.
+//
+// A window's key says when it closes, so the processor needs no timer per
+// window: it keeps in memory the keys of its open windows by close time,
+// rebuilt from the state in Open (Value.LoadAll, which also lets a new
+// window's Get miss without reading the backend). Up to issue #15 each
+// window had an event-time timer, a second state entry; a checkpoint of
+// that time restores: its timers are discarded (runtime.DiscardEventTimers).
 //
 // Every window of a key and every key fires exactly once, so the table's
 // changelog carries one +I per window and key, and nothing before it
 // closed. The processor is keyed by the whole table key: a firing is one
-// state lookup, and timers of one time fire in the order of the encoded
-// key.
+// state lookup, and the windows of one close time fire in the order of the
+// encoded key.
 
 // windowed is what a window operator emits: an on-time record of an
 // updates window (row, in the window [start, end), ns since the epoch);
@@ -193,8 +201,9 @@ type windowProc struct {
 	keyTypes []agg.Type
 	parts    partials
 	ctx      *runtime.Context
-	timers   *runtime.EventTimers[string]
 	windows  *state.Value[string, []agg.Value] // emit: final: the partials of each open window
+	open     map[int64][]string                // emit: final: the keys of windows, by close time
+	closing  []int64                           // the close times due at a watermark
 	scratch  []agg.Value                       // a record's partials, before they are folded
 	late     lateRecords
 }
@@ -215,10 +224,33 @@ func (w *windowProc) Open(ctx *runtime.Context, keyed *state.Keyed) error {
 	if !w.t.Window.Final {
 		return nil
 	}
+	if n, err := runtime.DiscardEventTimers(keyed); err != nil {
+		return err
+	} else if n > 0 {
+		ctx.Logger.Info("restored a checkpoint with a timer per window (before issue #15): discarded them, the windows close by their keys",
+			"table", w.t.Spec.Name, "timers", n)
+	}
 	w.windows = state.NewValue(keyed, "windows", state.StringCodec{}, state.Codec[[]agg.Value](partialsCodec{w.parts.types}))
-	var err error
-	w.timers, err = runtime.NewEventTimers(ctx, keyed, state.StringCodec{})
-	return err
+	w.open = map[int64][]string{}
+	return w.windows.LoadAll(func(key string, _ []agg.Value) error {
+		closes, err := w.closesAt(key)
+		if err != nil {
+			return err
+		}
+		w.open[closes] = append(w.open[closes], key)
+		return nil
+	})
+}
+
+// closesAt returns when the window of key (an encoded table key, ending in
+// window_start and window_end) closes: as Process has it, window sizes being
+// whole milliseconds (the key holds microseconds).
+func (w *windowProc) closesAt(key string) (int64, error) {
+	k, err := encoding.DecodeKey([]byte(key), w.keyTypes, nil)
+	if err != nil {
+		return 0, fmt.Errorf("table %s: decode window key: %w", w.t.Spec.Name, err)
+	}
+	return w.t.Window.ClosesAt(k[len(k)-1].Time()), nil
 }
 
 func (w *windowProc) Process(key string, v inWindow, out *runtime.Collector[windowed]) error {
@@ -238,14 +270,12 @@ func (w *windowProc) Process(key string, v inWindow, out *runtime.Collector[wind
 	if err != nil {
 		return err
 	}
-	if !found { // a new window: its partials, and its timer (a window's key says when it closes)
+	if !found { // a new window: its partials, and its key in the index
 		if acc, err = w.parts.appendOf(nil, v.row); err != nil {
 			return err
 		}
-		if err := w.windows.Put(key, acc); err != nil {
-			return err
-		}
-		return w.timers.Register(key, closes)
+		w.open[closes] = append(w.open[closes], key)
+		return w.windows.Put(key, acc)
 	}
 	// Fold into acc in place: the state is its only holder until the window
 	// fires, and the Put marks it for the next checkpoint.
@@ -258,20 +288,50 @@ func (w *windowProc) Process(key string, v inWindow, out *runtime.Collector[wind
 	return w.windows.Put(key, acc)
 }
 
-// OnEventTime fires the window of key: its row goes to the writer, once.
-func (w *windowProc) OnEventTime(key string, _ int64, out *runtime.Collector[windowed]) error {
+// OnWatermark fires the windows that close at or before wm: their rows go
+// to the writer, once.
+func (w *windowProc) OnWatermark(wm int64, out *runtime.Collector[windowed]) error {
+	return w.fireUpTo(wm, out.Emit)
+}
+
+// fireUpTo fires the windows that close at or before wm, the earliest close
+// time first, each time's windows in the order of their key: emit gets the
+// row of each.
+func (w *windowProc) fireUpTo(wm int64, emit func(windowed)) error {
+	w.closing = w.closing[:0]
+	for closes := range w.open {
+		if closes <= wm {
+			w.closing = append(w.closing, closes)
+		}
+	}
+	slices.Sort(w.closing)
+	for _, closes := range w.closing {
+		keys := w.open[closes]
+		slices.Sort(keys) // the encoded keys (StringCodec: their bytes)
+		for _, key := range keys {
+			if err := w.fire(key, emit); err != nil {
+				return err
+			}
+		}
+		delete(w.open, closes)
+	}
+	return nil
+}
+
+// fire emits the row of the window of key and deletes its state.
+func (w *windowProc) fire(key string, emit func(windowed)) error {
 	acc, found, err := w.windows.Get(key)
 	if err != nil {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("table %s: a window's timer without its window", w.t.Spec.Name)
+		return fmt.Errorf("table %s: an open window without its partials", w.t.Spec.Name)
 	}
 	k, err := encoding.DecodeKey([]byte(key), w.keyTypes, nil)
 	if err != nil {
 		return fmt.Errorf("table %s: decode window key: %w", w.t.Spec.Name, err)
 	}
-	out.Emit(windowed{key: k, vals: acc})
+	emit(windowed{key: k, vals: acc})
 	return w.windows.Delete(key)
 }
 
