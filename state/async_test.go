@@ -131,3 +131,44 @@ func TestFailedApplyFailsLater(t *testing.T) {
 		t.Fatal("Capture after a failed apply succeeded")
 	}
 }
+
+// TestCompleteCacheDeleteBeforeApply: in a complete cache (LoadAll), a
+// delete captured for a checkpoint leaves the cache at once, while the
+// backend still holds the value until the persist applies the batch: a Get
+// in between must answer from the cache's completeness (no value), never
+// from the backend behind it.
+func TestCompleteCacheDeleteBeforeApply(t *testing.T) {
+	kd, g := newGated(t, 1000)
+	vals := NewValue(kd, "v", IntCodec{}, IntCodec{})
+	if err := vals.Put(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release) // this flush and the persist below apply at once
+	if err := kd.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	g.release = make(chan struct{})
+
+	restored := NewKeyed(KeyedConfig{Backend: g, KeyGroups: RangeFor(DefaultMaxParallelism, 1, 0), CacheEntries: 1000})
+	vals = NewValue(restored, "v", IntCodec{}, IntCodec{})
+	if err := vals.LoadAll(func(int, int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := vals.Delete(1); err != nil {
+		t.Fatal(err)
+	}
+	persist, err := restored.Capture(1, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := vals.Get(1); err != nil || ok {
+		t.Fatalf("v[1] = %d, %v, %v while the captured delete is not applied; want no value", v, ok, err)
+	}
+	close(g.release)
+	if _, err := persist(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := g.KeyedBackend.Get(AppendBackendKey(nil, KeyGroupOf(IntCodec{}.Append(nil, 1), DefaultMaxParallelism), "v", IntCodec{}.Append(nil, 1))); err != nil || ok {
+		t.Fatalf("the backend still holds v[1] after the persist (%v, %v)", ok, err)
+	}
+}
