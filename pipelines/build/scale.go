@@ -18,6 +18,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
@@ -38,7 +39,7 @@ func (e *Env) scaled(j *Job) error {
 	if err != nil {
 		return err
 	}
-	codec, err := repartition.NewCodec(cfg.Table, cfg.Columns)
+	codec, err := repartition.NewCodec(cfg.Table, p.Spec.Job.Name, cfg.Columns)
 	if err != nil {
 		return err
 	}
@@ -67,6 +68,10 @@ func (e *Env) scaled(j *Job) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	router, err := repartition.NewRouter(metrics, repartition.JobWriter{Codec: codec, Sink: p.Spec.Sinks[0].Name, Config: cfg})
+	if err != nil {
+		return err
+	}
 	onError, err := kafka.ParseErrorPolicy(string(k.OnError))
 	if err != nil {
 		return err
@@ -81,23 +86,22 @@ func (e *Env) scaled(j *Job) error {
 		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
 		SessionTimeout:     sc.SessionTimeout.Std(),
 		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1,
-		OnError: onError, DeadLetterTopic: k.DeadLetterTopic}
+		OnError: onError, DeadLetterTopic: k.DeadLetterTopic, Headers: codec.Headers()}
 	j.side = append(j.side, func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) })
 
 	if sc.Ownership == pipelines.OwnershipGroup {
-		return e.dynamic(j, conn, codec, cfg, metrics)
+		return e.dynamic(j, conn, router, cfg.Table, metrics, onError)
 	}
 	owned := repartition.Owned(buckets, sc.Instance, sc.Instances)
 	j.scale.Buckets = OwnedBuckets(sc, buckets)
 	metrics.Owned(len(owned))
 	src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic,
-		Owned: owned}, codec)
+		Owned: owned, OnError: onError, DeadLetterTopic: k.DeadLetterTopic}, router)
 	if err != nil {
 		return err
 	}
 	j.sources = append(j.sources, src)
-	rows := runtime.FromSource(j.rt, "repartition", src.New)
-	return writer.To(rows, p.Spec.Sinks[0].Name, cfg, repartition.Mapper)
+	return router.AddWriters(runtime.FromSource(j.rt, "repartition", src.New))
 }
 
 // dynamicStage2 is stage 2 of a scaled job with ownership group: the
@@ -133,8 +137,9 @@ func (d *dynamicStage2) sources() []healthChecker {
 // partitions assigned, each read from its handover's resume offset. The
 // first incarnation restores the run's restore point; the later ones the
 // latest checkpoint, the previous incarnation's final one.
-func (e *Env) dynamic(j *Job, conn kafka.Connection, codec *repartition.Codec, cfg writer.Config, metrics *repartition.Metrics) error {
+func (e *Env) dynamic(j *Job, conn kafka.Connection, router *repartition.Router, table *aggmerge.Table, metrics *repartition.Metrics, onError kafka.ErrorPolicy) error {
 	p := j.p
+	k := p.Spec.Sources[0].Kafka
 	sc := p.Spec.Job.Scale
 	topic := p.RepartitionTopic()
 	d := &dynamicStage2{}
@@ -151,12 +156,11 @@ func (e *Env) dynamic(j *Job, conn kafka.Connection, codec *repartition.Codec, c
 		}
 		first = false
 		src, err := repartition.NewSource(repartition.SourceConfig{Kafka: conn, Topic: topic, Owned: owned,
-			Resume: resume, ResumeOnRestore: true, Positions: positions}, codec)
+			Resume: resume, ResumeOnRestore: true, Positions: positions, OnError: onError, DeadLetterTopic: k.DeadLetterTopic}, router)
 		if err != nil {
 			return nil, err
 		}
-		rows := runtime.FromSource(rt, "repartition", src.New)
-		if err := writer.To(rows, p.Spec.Sinks[0].Name, cfg, repartition.Mapper); err != nil {
+		if err := router.AddWriters(runtime.FromSource(rt, "repartition", src.New)); err != nil {
 			return nil, err
 		}
 		d.mu.Lock()
@@ -170,7 +174,7 @@ func (e *Env) dynamic(j *Job, conn kafka.Connection, codec *repartition.Codec, c
 	}
 	d.owners = repartition.NewOwners(repartition.OwnersConfig{
 		Owner: owner,
-		Table: cfg.Table, Group: p.Spec.Job.Name + ".owners", SessionTimeout: sc.SessionTimeout.Std(),
+		Table: table, Group: p.Spec.Job.Name + ".owners", SessionTimeout: sc.SessionTimeout.Std(), Writers: router.Groups(),
 		Stage2: stage2, Logger: e.log.With("job", p.Spec.Job.Name, "stage", 2), Metrics: metrics})
 	j.dyn = d
 	j.scale.owned = d.owners.Owned

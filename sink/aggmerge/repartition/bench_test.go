@@ -134,9 +134,9 @@ func handoverOnce(b *testing.B) (time.Duration, float64) {
 	}
 	start := func(i int, m *Metrics) *owner {
 		dir := b.TempDir()
-		table, codec := openScaleTable(b, dir)
+		table, router := openScaleTable(b, dir)
 		o := &owner{table: table, done: make(chan error, 1)}
-		cfg := ownersConfig(brokers, topic, i, dir, table, codec)
+		cfg := ownersConfig(brokers, topic, i, dir, table, router)
 		cfg.Metrics = m
 		o.owners = NewOwners(cfg)
 		ctx, stop := context.WithCancel(b.Context())
@@ -145,7 +145,7 @@ func handoverOnce(b *testing.B) (time.Duration, float64) {
 		return o
 	}
 	codecOf := func(t *aggmerge.Table) *Codec {
-		c, err := NewCodec(t, nil)
+		c, err := NewCodec(t, "scale", nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 type Metrics struct {
 	sent, committed, aborted, failures prometheus.Counter
 	skipped, deadLettered              prometheus.Counter
+	refused                            prometheus.Counter // stage 2: ErrColumns
 	owned, input                       prometheus.Gauge
 	// Dynamic ownership (Owners).
 	rebalances, rowsRebuilt prometheus.Counter
@@ -44,11 +45,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		handoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_repartition_handover_seconds",
 			Help:    "Time from an assignment of the owners group to stage 2 applying it: the stop of the previous stage 2, the handovers (fence, read, rebuild, claim) and the start (dynamic ownership).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_records_refused_total",
+			Help: "Repartition records stage 2 refused: of a job that writes no column of the table here, or writing columns its job does not own (the source's on_error then fails, skips or dead-letters them; counted again when read again)."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_failures_total",
 			Help: "Stage-1 sessions that failed and were started again after a backoff (a broker outage: a poll, a write or a commit failing)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed, m.rebalances, m.rowsRebuilt, m.handoverSeconds} {
+	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed, m.rebalances, m.rowsRebuilt, m.handoverSeconds, m.refused} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -75,6 +78,12 @@ func (m *Metrics) inputPartitions(st *Status) {
 func (m *Metrics) ownedPartitions(n int) {
 	if m != nil {
 		m.Owned(n)
+	}
+}
+
+func (m *Metrics) refuse() {
+	if m != nil {
+		m.refused.Inc()
 	}
 }
 

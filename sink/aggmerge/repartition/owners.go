@@ -45,6 +45,9 @@ type OwnersConfig struct {
 	// start, restore included (kafka.Config.StartOnRestore), and recording
 	// its positions at each checkpoint in positions.
 	Stage2 func(owned []int32, resume map[int32]int64, positions *kafka.Positions) (Stage2, error)
+	// Writers are stage 2's exactly-once writers (Router.Groups): a
+	// checkpoint is published once each marked it.
+	Writers []WriterGroup
 	// Logger and Metrics, if set, receive what the handovers do.
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -341,6 +344,12 @@ func (o *Owners) incarnation(ctx context.Context, settle bool, owned []int32) er
 		}
 		return nil
 	}
+	pubs := make([]*Publisher, len(hs))
+	for i, h := range hs {
+		if pubs[i], err = NewPublisher(h, cfg.Table, positions, cfg.Writers); err != nil {
+			return fmt.Errorf("owners: %w", err)
+		}
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done2 := make(chan error, 1)
@@ -348,8 +357,7 @@ func (o *Owners) incarnation(ctx context.Context, settle bool, owned []int32) er
 	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPub()
 	donePub := make(chan error, len(hs))
-	for _, h := range hs {
-		pb := NewPublisher(h, cfg.Table, positions)
+	for _, pb := range pubs {
 		go func() { donePub <- pb.Run(pubCtx) }()
 	}
 	o.setOwned(owned)

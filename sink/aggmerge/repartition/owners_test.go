@@ -26,10 +26,16 @@ type dynamic struct {
 
 func startDynamic(t *testing.T, brokers []string, input, topic string, i int) *dynamic {
 	dir := t.TempDir()
-	table, codec := openScaleTable(t, dir)
+	table, router := openScaleTable(t, dir)
+	return startDynamicOn(t, brokers, input, topic, i, dir, table, router)
+}
+
+// startDynamicOn starts instance i of the owner job on table (in dir),
+// whose writers are router's.
+func startDynamicOn(t *testing.T, brokers []string, input, topic string, i int, dir string, table *aggmerge.Table, router *Router) *dynamic {
 	d := &dynamic{table: table, done1: make(chan error, 1), done2: make(chan error, 1)}
-	d.stop1 = runStage1(t, brokers, input, topic, i, d.done1, codec.Sender(orderRow))
-	d.owners = NewOwners(ownersConfig(brokers, topic, i, dir, table, codec))
+	d.stop1 = runStage1(t, brokers, input, topic, i, d.done1, router.Owner().Sender(orderRow))
+	d.owners = NewOwners(ownersConfig(brokers, topic, i, dir, table, router))
 	ctx, kill := context.WithCancel(t.Context())
 	d.kill = kill
 	go func() { d.done2 <- d.owners.Run(ctx) }()
@@ -209,15 +215,15 @@ func ended(t *testing.T, ds []*dynamic) {
 // ownersConfig is the dynamic ownership of instance i, whose data
 // directory is dir: stage 2 as in the static tests, over the partitions
 // the group <topic>-owners assigns (session timeout 6s).
-func ownersConfig(brokers []string, topic string, i int, dir string, table *aggmerge.Table, codec *Codec) OwnersConfig {
+func ownersConfig(brokers []string, topic string, i int, dir string, table *aggmerge.Table, router *Router) OwnersConfig {
 	return OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
-		SessionTimeout: 6 * time.Second,
+		SessionTimeout: 6 * time.Second, Writers: router.Groups(),
 		Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
 			src, err := NewSource(SourceConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owned: owned,
-				Resume: resume, ResumeOnRestore: true, Positions: pos}, codec)
+				Resume: resume, ResumeOnRestore: true, Positions: pos}, router)
 			if err != nil {
 				return nil, err
 			}
-			return newStage2(dir, src, table)
+			return newStage2(dir, src, router)
 		}}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/shopspring/decimal"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,29 +24,44 @@ var ErrPartial = errors.New("repartition: not a partial row")
 // partialVersion is the first byte of every partial row's value.
 const partialVersion = 1
 
-// Codec encodes the partial rows of one writer of a table (its target
-// columns) as repartition records, and decodes them. Record key: the
-// table's encoded primary key (the bytes its bucket is computed from).
+// The headers of every partial row: the job that wrote it and the columns
+// its values are of (comma-separated, in the order of the values). A
+// record without them is of the job that owns the table (stage 1 wrote
+// none before jobs could share a table through the hop).
+const (
+	HeaderJob     = "ebbflow.job"
+	HeaderColumns = "ebbflow.columns"
+)
+
+// Codec encodes the partial rows of one job's writer of a table (its
+// target columns) as repartition records, and decodes them. Record key:
+// the table's encoded primary key (the bytes its bucket is computed from).
 // Record value: a version byte, the row kind, the number of values, and
 // each value self-described (state, kind, payload), so that a column's
 // input (a string for hll, an int for a bitmap) crosses as the mapper
-// made it.
+// made it. Record headers: the job and its columns (Headers).
 type Codec struct {
 	table    *aggmerge.Table
+	job      string
+	columns  []string // the target columns, in the order of the values
 	keyTypes []agg.Type
-	values   int
 }
 
-// NewCodec returns the codec of a writer of table writing columns (empty:
-// all value columns).
-func NewCodec(table *aggmerge.Table, columns []string) (*Codec, error) {
+// NewCodec returns the codec of job's writer of table writing columns
+// (empty: all value columns).
+func NewCodec(table *aggmerge.Table, job string, columns []string) (*Codec, error) {
 	sch := table.Schema()
-	c := &Codec{table: table, values: len(columns)}
+	if job == "" || strings.Contains(job, ",") {
+		return nil, fmt.Errorf("repartition: job name %q", job)
+	}
+	c := &Codec{table: table, job: job, columns: columns}
 	if len(columns) == 0 {
-		c.values = len(sch.Values)
+		for _, v := range sch.Values {
+			c.columns = append(c.columns, v.Name)
+		}
 	}
 	for _, name := range columns {
-		if sch.ValueIndex(name) < 0 {
+		if sch.ValueIndex(name) < 0 || strings.Contains(name, ",") {
 			return nil, fmt.Errorf("repartition: table %s has no value column %q", table.Dir(), name)
 		}
 	}
@@ -53,6 +69,18 @@ func NewCodec(table *aggmerge.Table, columns []string) (*Codec, error) {
 		c.keyTypes = append(c.keyTypes, k.Type)
 	}
 	return c, nil
+}
+
+// Job is the job whose rows the codec carries.
+func (c *Codec) Job() string { return c.job }
+
+// Columns are the columns the codec's values are of, in their order.
+func (c *Codec) Columns() []string { return c.columns }
+
+// Headers returns the headers of the codec's records: its job and columns.
+func (c *Codec) Headers() []kgo.RecordHeader {
+	return []kgo.RecordHeader{{Key: HeaderJob, Value: []byte(c.job)},
+		{Key: HeaderColumns, Value: []byte(strings.Join(c.columns, ","))}}
 }
 
 // Buckets is the table's bucket count.
@@ -65,8 +93,8 @@ func (c *Codec) AppendKey(dst []byte, row *writer.Row) ([]byte, error) {
 
 // AppendValue appends the record value of row.
 func (c *Codec) AppendValue(dst []byte, row *writer.Row) ([]byte, error) {
-	if len(row.Vals) != c.values {
-		return nil, fmt.Errorf("repartition: %d values for %d target columns", len(row.Vals), c.values)
+	if len(row.Vals) != len(c.columns) {
+		return nil, fmt.Errorf("repartition: %d values for %d target columns", len(row.Vals), len(c.columns))
 	}
 	dst = append(dst, partialVersion, byte(row.Kind))
 	return appendValues(dst, row.Vals)
@@ -120,19 +148,11 @@ func (c *Codec) Decode(key, value []byte, row *writer.Row) error {
 	if d.err == nil && row.Kind > base.Delete {
 		return fmt.Errorf("%w: row kind %d", ErrPartial, row.Kind)
 	}
-	row.Vals = d.values(row.Vals[:0], c.values)
+	row.Vals = d.values(row.Vals[:0], len(c.columns))
 	d.end()
 	if d.err != nil {
 		return fmt.Errorf("%w: %w", ErrPartial, d.err)
 	}
-	return nil
-}
-
-// Mapper is the stage-2 writer's mapper of decoded rows.
-func Mapper(r writer.Row, row *writer.Row) error {
-	row.Kind = r.Kind
-	row.Key = append(row.Key[:0], r.Key...)
-	row.Vals = append(row.Vals[:0], r.Vals...)
 	return nil
 }
 

@@ -43,7 +43,7 @@ func TestPartialRoundTrip(t *testing.T) {
 		},
 		Buckets: 4,
 	})
-	c, err := NewCodec(tb, nil)
+	c, err := NewCodec(tb, "job", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +92,18 @@ func TestPartialRoundTrip(t *testing.T) {
 	if err := c.Decode(key[:len(key)-1], val, &got); !errors.Is(err, ErrPartial) {
 		t.Errorf("truncated key: err = %v, want ErrPartial", err)
 	}
-	narrow, err := NewCodec(tb, []string{"i"})
+	narrow, err := NewCodec(tb, "job", []string{"i"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := narrow.Decode(key, val, &got); !errors.Is(err, ErrPartial) {
 		t.Errorf("a row of 10 values decoded for one column: err = %v", err)
 	}
-	if _, err := NewCodec(tb, []string{"nope"}); err == nil {
+	if h := narrow.Headers(); len(h) != 2 || h[0].Key != HeaderJob || string(h[0].Value) != "job" ||
+		h[1].Key != HeaderColumns || string(h[1].Value) != "i" {
+		t.Errorf("headers of job's codec of column i: %v", h)
+	}
+	if _, err := NewCodec(tb, "job", []string{"nope"}); err == nil {
 		t.Error("a codec for a column the table lacks was made")
 	}
 }

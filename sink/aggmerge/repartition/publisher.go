@@ -3,11 +3,15 @@ package repartition
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ebbflow/ebbflow/barrier"
+	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
@@ -22,35 +26,92 @@ const finalPublish = 30 * time.Second
 // a handover of the bucket back to this table compares against.
 const PublisherHold = "repartition-publisher"
 
+// WriterGroup is one of stage 2's exactly-once writers, as a Publisher
+// sees it: the group of its writer ids ("<job>/<sink>", the group of its
+// commit markers) and the columns it writes (empty: all).
+type WriterGroup struct {
+	Group   string
+	Columns []string
+}
+
 // Publisher publishes what stage 2 committed of one owned partition's
 // bucket to the owner log: it tails the bucket's log from the handover's
-// From, and at each commit marker of a checkpoint whose repartition
-// position it knows, commits in one owner-log transaction the images of
-// the entries below the marker's end and a Seal with that position. Entries
-// of a rolled-back range are dropped. The table is written by stage 2's one
-// exactly-once writer (and the rebuild before it): every commit marker in
-// the bucket is that writer's.
+// From, and once every writer of stage 2 wrote its commit marker of a
+// checkpoint whose repartition position it knows, commits in one
+// owner-log transaction the images of the rows changed below the markers
+// and a Seal with that position. Entries of a rolled-back range are
+// dropped.
+//
+// Each writer's marker ends where that writer took its snapshot, and the
+// writers take theirs one after the other, so no single log offset is of
+// the checkpoint for all of them: a row's image takes each writer's
+// columns as of that writer's marker (the after-image of the row's last
+// change below it, else the before-image of its first change after it),
+// which is the row as of the checkpoint, as every change of a writer's
+// columns is that writer's. The seal's LogTo is the lowest of the markers:
+// past it the table may hold changes of the next checkpoint.
 type Publisher struct {
 	h         *Handover
 	table     *aggmerge.Table
 	positions *kafka.Positions
-	next      uint64 // the next log offset to read
-	pending   []image
-	resume    int64 // the Resume of the last seal
-	published int   // rows published
+	groups    map[string][]int // writer group → its columns' indexes
+	rest      []int            // the columns no writer of stage 2 writes
+	next      uint64           // the next log offset to read
+	pending   []change
+	marks     map[uint64]map[string]uint64 // checkpoint → writer group → marker's To
+	resume    int64                        // the Resume of the last seal
+	published int                          // rows published
 }
 
-// image is a change of the bucket not yet published.
-type image struct {
-	offset uint64
-	key    []byte
-	vals   []agg.Value // nil: the row is gone
+// change is a change of a row of the bucket not yet published, by a
+// writer of group.
+type change struct {
+	offset        uint64
+	group         string
+	key           []byte
+	before, after []agg.Value // nil: no row
 }
 
 // NewPublisher returns the publisher of a taken-over partition of table,
-// whose stage-2 source records its positions in positions.
-func NewPublisher(h *Handover, table *aggmerge.Table, positions *kafka.Positions) *Publisher {
-	return &Publisher{h: h, table: table, positions: positions, next: h.From, resume: h.Resume}
+// whose stage-2 source records its positions in positions and whose
+// writers are writers.
+func NewPublisher(h *Handover, table *aggmerge.Table, positions *kafka.Positions, writers []WriterGroup) (*Publisher, error) {
+	pb := &Publisher{h: h, table: table, positions: positions, next: h.From, resume: h.Resume,
+		groups: map[string][]int{}, marks: map[uint64]map[string]uint64{}}
+	sch := table.Schema()
+	written := make([]bool, len(sch.Values))
+	for _, w := range writers {
+		var cols []int
+		for _, name := range w.Columns {
+			i := sch.ValueIndex(name)
+			if i < 0 {
+				return nil, fmt.Errorf("publisher of partition %d: writer %s: no value column %q", h.Partition, w.Group, name)
+			}
+			cols = append(cols, i)
+		}
+		if len(w.Columns) == 0 {
+			cols = make([]int, len(sch.Values))
+			for i := range cols {
+				cols[i] = i
+			}
+		}
+		for _, i := range cols {
+			if written[i] {
+				return nil, fmt.Errorf("publisher of partition %d: column %q written by two writers", h.Partition, sch.Values[i].Name)
+			}
+			written[i] = true
+		}
+		pb.groups[w.Group] = cols
+	}
+	if len(pb.groups) == 0 {
+		return nil, fmt.Errorf("publisher of partition %d: no writer", h.Partition)
+	}
+	for i, w := range written {
+		if !w {
+			pb.rest = append(pb.rest, i)
+		}
+	}
+	return pb, nil
 }
 
 // Published returns the rows published so far.
@@ -83,28 +144,34 @@ func (pb *Publisher) Run(ctx context.Context) error {
 	}
 }
 
-// round reads the bucket's log from next to its end and publishes at its
-// commit markers.
+// round reads the bucket's log from next to its end and publishes every
+// checkpoint that all writers marked committed.
 func (pb *Publisher) round(ctx context.Context) error {
-	var markers []aggmerge.Marker
+	var rollbacks []aggmerge.Entry
 	err := pb.table.ReadLog(int(pb.h.Partition), pb.next, func(e *aggmerge.Entry) error {
 		pb.next = e.Offset + 1
+		group, _ := base.GroupOf(e.Writer.ID)
 		switch e.Op {
-		case aggmerge.UpdateBefore:
-		case aggmerge.Insert, aggmerge.UpdateAfter:
+		case aggmerge.UpdateBefore: // its UpdateAfter has both images
+		case aggmerge.Insert, aggmerge.UpdateAfter, aggmerge.Delete:
 			key, err := pb.table.EncodeKey(e.Key)
 			if err != nil {
 				return err
 			}
-			pb.pending = append(pb.pending, image{offset: e.Offset, key: key, vals: e.After})
-		case aggmerge.Delete:
-			key, err := pb.table.EncodeKey(e.Key)
-			if err != nil {
-				return err
+			c := change{offset: e.Offset, group: group, key: key, after: e.After}
+			if e.Op != aggmerge.Insert {
+				c.before = e.Before
 			}
-			pb.pending = append(pb.pending, image{offset: e.Offset, key: key})
+			pb.pending = append(pb.pending, c)
 		case aggmerge.MarkerEntry:
-			markers = append(markers, e.Marker)
+			if e.Marker.Kind == aggmerge.MarkerRollback {
+				rollbacks = append(rollbacks, *e)
+			} else if _, ok := pb.groups[group]; ok {
+				if pb.marks[e.Marker.Checkpoint] == nil {
+					pb.marks[e.Marker.Checkpoint] = map[string]uint64{}
+				}
+				pb.marks[e.Marker.Checkpoint][group] = e.Marker.To
+			}
 		}
 		return nil
 	})
@@ -113,71 +180,123 @@ func (pb *Publisher) round(ctx context.Context) error {
 	}
 	// A marker's range is of entries before it, so handling the markers
 	// after the read is the same as handling each where it was read.
-	for _, m := range markers {
-		if m.Kind == aggmerge.MarkerRollback {
-			pb.drop(m.From, m.To)
-			continue
+	for _, e := range rollbacks {
+		group, _ := base.GroupOf(e.Writer.ID)
+		pb.drop(group, e.Marker.From, e.Marker.To)
+	}
+	for _, cp := range slices.Sorted(maps.Keys(pb.marks)) {
+		cuts := pb.marks[cp]
+		if len(cuts) < len(pb.groups) {
+			continue // a writer has not marked it yet
 		}
-		if err := pb.publish(ctx, m); err != nil {
-			return fmt.Errorf("publish partition %d checkpoint %d: %w", pb.h.Partition, m.Checkpoint, err)
+		if err := pb.publish(ctx, cp, cuts); err != nil {
+			return fmt.Errorf("publish partition %d checkpoint %d: %w", pb.h.Partition, cp, err)
+		}
+		for old := range pb.marks {
+			if old <= cp {
+				delete(pb.marks, old) // a later checkpoint covers an earlier one
+			}
 		}
 	}
 	return nil
 }
 
-// drop forgets the pending images in [from, to): rolled back.
-func (pb *Publisher) drop(from, to uint64) {
-	kept := pb.pending[:0]
-	for _, im := range pb.pending {
-		if im.offset < from || im.offset >= to {
-			kept = append(kept, im)
-		}
-	}
-	pb.pending = kept
+// drop forgets the pending changes of group in [from, to): rolled back.
+func (pb *Publisher) drop(group string, from, to uint64) {
+	pb.pending = slices.DeleteFunc(pb.pending, func(c change) bool {
+		return c.group == group && c.offset >= from && c.offset < to
+	})
 }
 
-// publish commits the pending images below m.To and a seal of m's
-// checkpoint, when the source's position at it is known and something
-// changed.
-func (pb *Publisher) publish(ctx context.Context, m aggmerge.Marker) error {
-	at, ok := pb.positions.At(barrier.CheckpointID(m.Checkpoint))
+// publish commits the images of the rows changed below the cuts (each
+// writer group's marker of checkpoint cp) and a seal of cp, when the
+// source's position at it is known and something changed.
+func (pb *Publisher) publish(ctx context.Context, cp uint64, cuts map[string]uint64) error {
+	at, ok := pb.positions.At(barrier.CheckpointID(cp))
 	if !ok {
-		return nil // of an earlier run: a later marker covers its entries
+		return nil // of an earlier run: a later checkpoint covers its changes
 	}
 	resume, ok := at[pb.h.cfg.Topic][pb.h.Partition]
 	if !ok {
 		return nil
 	}
-	n := 0
-	for n < len(pb.pending) && pb.pending[n].offset < m.To {
-		n++
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	for _, to := range cuts {
+		lo, hi = min(lo, to), max(hi, to)
 	}
-	if n == 0 && resume == pb.resume {
+	byKey := map[string][]int{} // key → its pending changes, in log order
+	var keys []string           // the keys changed below hi, in order
+	for i, c := range pb.pending {
+		k := string(c.key)
+		if _, seen := byKey[k]; !seen && c.offset < hi {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	if len(keys) == 0 && resume == pb.resume {
 		return nil
 	}
-	// The last image of each key is its row at m.To.
-	latest := make(map[string]int, n)
-	for i, im := range pb.pending[:n] {
-		latest[string(im.key)] = i
-	}
-	rows := make([]*kgo.Record, 0, len(latest))
-	for i, im := range pb.pending[:n] {
-		if latest[string(im.key)] != i {
-			continue
-		}
-		v, err := appendImage(nil, pb.h.Epoch, im.vals)
+	rows := make([]*kgo.Record, 0, len(keys))
+	for _, k := range keys {
+		v, err := appendImage(nil, pb.h.Epoch, pb.image(byKey[k], cuts, hi))
 		if err != nil {
 			return err
 		}
-		rows = append(rows, &kgo.Record{Key: im.key, Value: v})
+		rows = append(rows, &kgo.Record{Key: []byte(k), Value: v})
 	}
 	seal := Seal{Owner: pb.h.cfg.Owner, Epoch: pb.h.Epoch, BasedOn: pb.h.last, Resume: resume,
-		Checkpoint: m.Checkpoint, Table: pb.table.ID(), LogTo: m.To}
+		Checkpoint: cp, Table: pb.table.ID(), LogTo: lo}
 	off, err := pb.h.commit(ctx, rows, seal)
 	if err != nil {
 		return err
 	}
 	pb.h.last, pb.resume, pb.published = off, resume, pb.published+len(rows)
-	pb.pending = append(pb.pending[:0], pb.pending[n:]...)
-	return pb.table.Hold(PublisherHold, map[int]uint64{int(pb.h.Partition): m.To})
+	// A change below every cut is published; one at or past the lowest is
+	// kept: it may be of a later checkpoint for some writer.
+	pb.pending = slices.DeleteFunc(pb.pending, func(c change) bool { return c.offset < lo })
+	return pb.table.Hold(PublisherHold, map[int]uint64{int(pb.h.Partition): lo})
+}
+
+// image returns a row's values as of the cuts, from its pending changes
+// (indexes into pending, in log order): each writer group's columns as of
+// its cut, the columns no writer of stage 2 writes as of hi. nil: the row
+// is gone at every cut.
+func (pb *Publisher) image(changes []int, cuts map[string]uint64, hi uint64) []agg.Value {
+	vals := make([]agg.Value, len(pb.table.Schema().Values))
+	exists := false
+	take := func(cols []int, cut uint64) {
+		row := pb.rowAt(changes, cut)
+		if row == nil {
+			return // absent at the cut
+		}
+		exists = true
+		for _, i := range cols {
+			vals[i] = row[i]
+		}
+	}
+	for group, cols := range pb.groups {
+		take(cols, cuts[group])
+	}
+	take(pb.rest, hi)
+	if !exists {
+		return nil
+	}
+	return vals
+}
+
+// rowAt returns the row at log offset cut (nil: no row): the after-image
+// of its last change below cut, else the before-image of its first change.
+func (pb *Publisher) rowAt(changes []int, cut uint64) []agg.Value {
+	first := pb.pending[changes[0]]
+	if first.offset >= cut {
+		return first.before
+	}
+	last := first
+	for _, i := range changes[1:] {
+		if pb.pending[i].offset >= cut {
+			break
+		}
+		last = pb.pending[i]
+	}
+	return last.after
 }

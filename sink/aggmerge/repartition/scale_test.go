@@ -115,7 +115,7 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	table, codec := openScaleTable(t, dir)
+	table, router := openScaleTable(t, dir)
 	in := &instance{dir: dir, table: table, owned: Owned(scaleBuckets, i, n), done1: make(chan error, 1), done2: make(chan error, 1)}
 	conn := kafka.Connection{Brokers: brokers}
 	scfg := SourceConfig{Kafka: conn, Topic: topic, Owned: in.owned}
@@ -132,16 +132,16 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 		}
 	}
 
-	send := codec.Sender(orderRow)
+	send := router.Owner().Sender(orderRow)
 	in.stop1 = runStage1(t, brokers, input, topic, i, in.done1, func(r *kgo.Record, s func(key, value []byte)) error {
 		in.polled.Add(1)
 		return send(r, s)
 	})
-	src, err := NewSource(scfg, codec)
+	src, err := NewSource(scfg, router)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.job, err = newStage2(dir, src, table); err != nil {
+	if in.job, err = newStage2(dir, src, router); err != nil {
 		t.Fatal(err)
 	}
 	ctx2, kill2 := context.WithCancel(ctx)
@@ -151,7 +151,10 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 		ctxPub, stopPub := context.WithCancel(ctx)
 		in.stopPub, in.donePub = stopPub, make(chan error, len(in.handovers))
 		for _, h := range in.handovers {
-			pb := NewPublisher(h, table, scfg.Positions)
+			pb, err := NewPublisher(h, table, scfg.Positions, router.Groups())
+			if err != nil {
+				t.Fatal(err)
+			}
 			go func() { in.donePub <- pb.Run(ctxPub) }()
 		}
 	}
@@ -159,26 +162,36 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 }
 
 // openScaleTable opens the table of an instance in data directory dir
-// and its codec.
-func openScaleTable(t testing.TB, dir string) (*aggmerge.Table, *Codec) {
+// and the router of its one job, "scale", writing it with sink "totals".
+func openScaleTable(t testing.TB, dir string) (*aggmerge.Table, *Router) {
 	table, err := aggmerge.Open(filepath.Join(dir, "tables", "totals"), scaleSchema(), aggmerge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = table.Close() })
-	codec, err := NewCodec(table, nil)
+	codec, err := NewCodec(table, "scale", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return table, codec
+	r, err := NewRouter(nil, JobWriter{Codec: codec, Sink: "totals", Config: writer.Config{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table, r
 }
 
 // runStage1 starts stage 1 of instance i, which ends into done; the
 // returned function stops it (committing what it polled).
 func runStage1(t *testing.T, brokers []string, input, topic string, i int, done chan<- error,
 	mapRecord func(r *kgo.Record, send func(key, value []byte)) error) context.CancelFunc {
-	w, err := NewWriter(t.Context(), WriterConfig{Kafka: kafka.Connection{Brokers: brokers}, Group: topic + "-group", Input: []string{input},
-		Topic: topic, Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)})
+	return runWriter(t, WriterConfig{Kafka: kafka.Connection{Brokers: brokers}, Group: topic + "-group", Input: []string{input},
+		Topic: topic, Buckets: scaleBuckets, TransactionalID: fmt.Sprintf("%s-%d", topic, i)}, done, mapRecord)
+}
+
+// runWriter starts stage 1 with cfg, which ends into done; the returned
+// function stops it (committing what it polled).
+func runWriter(t *testing.T, cfg WriterConfig, done chan<- error, mapRecord func(r *kgo.Record, send func(key, value []byte)) error) context.CancelFunc {
+	w, err := NewWriter(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,12 +200,12 @@ func runStage1(t *testing.T, brokers []string, input, topic string, i int, done 
 	return stop
 }
 
-// newStage2 makes stage 2 of an instance: src into the table's writer.
-func newStage2(dir string, src *kafka.Source[writer.Row], table *aggmerge.Table) (*runtime.Job, error) {
+// newStage2 makes stage 2 of an instance: src into the table's writers.
+func newStage2(dir string, src *kafka.Source[Partial], r *Router) (*runtime.Job, error) {
 	job := runtime.NewJob(runtime.Options{Name: "scale", DataDir: dir,
 		Checkpoint: runtime.CheckpointOptions{Interval: 50 * time.Millisecond}})
 	rows := runtime.FromSource(job, "repartition", src.New)
-	return job, writer.To(rows, "totals", writer.Config{Table: table}, Mapper)
+	return job, r.AddWriters(rows)
 }
 
 // stop ends stage 1 (committing what it polled), then stage 2 (with a
@@ -270,7 +283,7 @@ func union(t *testing.T, ins []*instance, check bool) totals {
 	return got
 }
 
-func diff(got, want totals) string {
+func diff[M ~map[string]V, V comparable](got, want M) string {
 	var d []string
 	for u, w := range want {
 		if g, ok := got[u]; !ok || g != w {

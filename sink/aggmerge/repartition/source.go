@@ -7,7 +7,6 @@ import (
 
 	"github.com/ebbflow/ebbflow/internal/base"
 	"github.com/ebbflow/ebbflow/operators/kafka"
-	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 )
 
 // Owned returns the repartition partitions that instance i of n owns in a
@@ -43,14 +42,21 @@ type SourceConfig struct {
 	// Positions, if set, records the source's position in every owned
 	// partition at each checkpoint, for the Publishers.
 	Positions *kafka.Positions
+	// OnError is what happens to a record that is no partial row of the
+	// table or that the Router refuses (ErrColumns): the job fails
+	// (kafka.Fail, the default), or it is skipped or dead-lettered to
+	// DeadLetterTopic.
+	OnError         kafka.ErrorPolicy
+	DeadLetterTopic string
 }
 
 // NewSource returns a Kafka source reading the owned partitions of the
 // repartition topic read_committed, from cfg.Resume (or the earliest
-// offset) on a fresh start and from the job's checkpoint on restore, decoding each record into
-// the row it carries (a record that is not a partial row of c's table fails
-// the job, naming the record).
-func NewSource(cfg SourceConfig, c *Codec) (*kafka.Source[writer.Row], error) {
+// offset) on a fresh start and from the job's checkpoint on restore,
+// decoding each record into the row it carries and the writer of its job
+// (a record that is not a partial row of the table, or that r refuses,
+// goes to cfg.OnError: by default it fails the job, naming the record).
+func NewSource(cfg SourceConfig, r *Router) (*kafka.Source[Partial], error) {
 	if cfg.Owned == nil {
 		return nil, fmt.Errorf("repartition source: no owned partitions given")
 	}
@@ -59,17 +65,19 @@ func NewSource(cfg SourceConfig, c *Codec) (*kafka.Source[writer.Row], error) {
 		start = kafka.StartOffsets(map[string]map[int32]int64{cfg.Topic: cfg.Resume})
 	}
 	src, err := kafka.NewSource(kafka.Config{
-		Connection:     cfg.Kafka,
-		Topics:         []string{cfg.Topic},
-		Partitions:     cfg.Owned,
-		Start:          start,
-		StartOnRestore: cfg.ResumeOnRestore,
-		Positions:      cfg.Positions,
-	}, func() kafka.Decoder[writer.Row] {
-		return func(r *kgo.Record) (writer.Row, error) {
-			var row writer.Row
-			err := c.Decode(r.Key, r.Value, &row)
-			return row, err
+		Connection:      cfg.Kafka,
+		Topics:          []string{cfg.Topic},
+		Partitions:      cfg.Owned,
+		Start:           start,
+		StartOnRestore:  cfg.ResumeOnRestore,
+		Positions:       cfg.Positions,
+		OnDecodeError:   cfg.OnError,
+		DeadLetterTopic: cfg.DeadLetterTopic,
+	}, func() kafka.Decoder[Partial] {
+		return func(rec *kgo.Record) (Partial, error) {
+			var p Partial
+			err := r.Decode(rec, &p)
+			return p, err
 		}
 	})
 	if err != nil {

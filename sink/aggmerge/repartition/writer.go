@@ -35,8 +35,12 @@ type WriterConfig struct {
 	// Buckets is the table's bucket count.
 	Buckets int
 	// TransactionalID is fixed per instance: a restarted instance fences
-	// its previous incarnation with it.
+	// its previous incarnation with it. Each job writing the table through
+	// the hop has its own (and its own Group).
 	TransactionalID string
+	// Headers go with every partial row: the writing job and its columns
+	// (Codec.Headers), which tell the bucket's owner whose row it is.
+	Headers []kgo.RecordHeader
 	// InstanceID, if set, makes the writer a static member of the group
 	// (KIP-345): a restarted instance gets its input partitions back at
 	// once, without a rebalance, and its previous incarnation is fenced.
@@ -250,7 +254,7 @@ func (w *Writer) Send(key, value []byte) {
 	if m := w.cfg.Metrics; m != nil {
 		m.sent.Inc()
 	}
-	w.produce(&kgo.Record{Topic: w.cfg.Topic, Partition: w.Partition(key), Key: key, Value: value})
+	w.produce(&kgo.Record{Topic: w.cfg.Topic, Partition: w.Partition(key), Key: key, Value: value, Headers: w.cfg.Headers})
 }
 
 // failed applies OnError to input record r, which mapRecord failed on

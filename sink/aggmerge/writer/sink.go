@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -61,6 +62,12 @@ type Config struct {
 	TruncateLog bool
 	// Window, when set, aggregates per window of event time (see Window).
 	Window *Window
+	// Job and Sink, if set, name the writer instead of the runtime job and
+	// the operator: its ids are "<Job>/<Sink>#<subtask>", registered for
+	// Job. Stage 2 of a scaled job applies the rows of each job that
+	// writes the table through the hop as that job's writer (package
+	// repartition), so the registry keeps the jobs' columns apart.
+	Job, Sink string
 	// UnsafeSkipUndo turns undo off. It exists for tests that prove the crash
 	// harness detects double counting; never set it otherwise.
 	UnsafeSkipUndo bool
@@ -221,9 +228,9 @@ func eventTimeMs(wm int64) int64 {
 func (s *sink) Open(ctx *runtime.Context) error {
 	s.ctx = ctx
 	t := s.table
-	s.id = base.WriterID{Job: ctx.Job, Sink: ctx.Operator, Subtask: ctx.Subtask}
+	s.id = base.WriterID{Job: cmp.Or(s.cfg.Job, ctx.Job), Sink: cmp.Or(s.cfg.Sink, ctx.Operator), Subtask: ctx.Subtask}
 	s.w.ID = s.id.String()
-	epoch, err := t.Register(ctx.Job, s.w.ID, s.cfg.Columns)
+	epoch, err := t.Register(s.id.Job, s.w.ID, s.cfg.Columns)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runtime.ErrRestore, err)
 	}
