@@ -123,8 +123,9 @@ func syntaxError(file string, err error) *Error {
 }
 
 // crossCheck checks what concerns several jobs, recording errors in the
-// later job: unique names, and tables shared by jobs agreeing on their key
-// and buckets with disjoint columns.
+// later job: unique names, tables shared by jobs agreeing on their key
+// and buckets with disjoint columns, and a job writing into an owner
+// job's scaled table agreeing with the owner.
 func crossCheck(ps []*Pipeline) {
 	jobs := map[string]*Pipeline{}
 	type owner struct {
@@ -151,5 +152,8 @@ func crossCheck(ps []*Pipeline) {
 			}
 			tables[t.Spec.Name] = append(tables[t.Spec.Name], owner{p, t})
 		}
+	}
+	for _, p := range ps {
+		crossCheckOwner(p, jobs)
 	}
 }

@@ -177,6 +177,12 @@ func run(ctx context.Context, f *runFlags) error {
 		}
 	}
 	for _, p := range ps {
+		if pipelines.WritesThroughOwner(p, ps) {
+			// Its rows reach this runner through the hop: the owner's
+			// stage 2 applies them; its own runner runs its stage 1.
+			r.log.Info("job applied by its table's owner here", "job", p.Spec.Job.Name, "owner", p.Spec.Job.Scale.Owner)
+			continue
+		}
 		j, err := r.env.Build(p, restore)
 		if err != nil {
 			return err

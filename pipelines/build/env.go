@@ -66,7 +66,8 @@ type Env struct {
 	opts      Options
 	log       *slog.Logger
 	tables    map[string]*aggmerge.Table
-	order     []string // table names, sorted
+	order     []string              // table names, sorted
+	loaded    []*pipelines.Pipeline // the jobs OpenTables opened the tables of
 	exporters []changelogExport
 	ups       upstreams
 
@@ -174,6 +175,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 			}
 		}
 	}
+	e.loaded = ps
 	slices.Sort(names)
 	for _, name := range names {
 		t, err := aggmerge.Open(TableDir(e.opts.DataDir, name), *schemas[name], aggmerge.Options{SyncWrites: e.opts.SyncTableWrites,

@@ -38,6 +38,9 @@ type Job struct {
 	// dyn runs stage 2 of a scaled job with dynamic ownership in
 	// incarnations (nil: rt is the job).
 	dyn *dynamicStage2
+	// stage1 is the whole job of one that writes into its owner job's
+	// table (job.scale.owner): it has no stage 2 (nil: rt is the job).
+	stage1 *stage1Only
 	// startAny: the data directory held checkpoints of the job when it
 	// was built (it restores them).
 	startAny bool
@@ -202,7 +205,11 @@ func (e *Env) tableSink(j *Job, i int, in runtime.Stream[Row]) error {
 
 // writerConfig is the exactly-once writer's configuration of table sink i.
 func (e *Env) writerConfig(j *Job, i int) (writer.Config, error) {
-	p := j.p
+	return e.writerConfigOf(j.p, i)
+}
+
+// writerConfigOf is the exactly-once writer of p's table sink i.
+func (e *Env) writerConfigOf(p *pipelines.Pipeline, i int) (writer.Config, error) {
 	t := p.Tables[i]
 	table, ok := e.tables[t.Spec.Name]
 	if !ok {
@@ -391,8 +398,11 @@ func (j *Job) Run(ctx context.Context) error {
 		}
 	}
 	main := j.rt.Run
-	if j.dyn != nil {
+	switch {
+	case j.dyn != nil:
 		main = j.dyn.owners.Run
+	case j.stage1 != nil:
+		main = j.stage1.run
 	}
 	failed, err := runBeside(ctx, main, append(runs, j.side...))
 	if failed != nil {
@@ -435,11 +445,14 @@ func runBeside(ctx context.Context, main func(context.Context) error, side []fun
 
 // Stop asks the job to stop with a final checkpoint.
 func (j *Job) Stop() {
-	if j.dyn != nil {
+	switch {
+	case j.dyn != nil:
 		j.dyn.owners.Stop()
-		return
+	case j.stage1 != nil:
+		j.stage1.stop()
+	default:
+		j.rt.Stop()
 	}
-	j.rt.Stop()
 }
 
 // rtNow returns the runtime job running now: rt, or stage 2's current
@@ -483,7 +496,12 @@ func (j *Job) Edges() []runtime.Edge { return j.rtNow().Edges() }
 
 // Ready reports whether the job has completed a checkpoint since it began
 // to run: restore and undo are then behind it and its sources read.
-func (j *Job) Ready() bool { return j.rtNow().Status().Completed > 0 }
+func (j *Job) Ready() bool {
+	if j.stage1 != nil {
+		return j.stage1.status.Committed()
+	}
+	return j.rtNow().Status().Completed > 0
+}
 
 // Restoring reports whether the job started from a data directory holding
 // checkpoints (and so restores and undoes before it reads).

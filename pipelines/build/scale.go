@@ -68,10 +68,6 @@ func (e *Env) scaled(j *Job) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	router, err := repartition.NewRouter(metrics, repartition.JobWriter{Codec: codec, Sink: p.Spec.Sinks[0].Name, Config: cfg})
-	if err != nil {
-		return err
-	}
 	onError, err := kafka.ParseErrorPolicy(string(k.OnError))
 	if err != nil {
 		return err
@@ -87,8 +83,21 @@ func (e *Env) scaled(j *Job) error {
 		SessionTimeout:     sc.SessionTimeout.Std(),
 		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1,
 		OnError: onError, DeadLetterTopic: k.DeadLetterTopic, Headers: codec.Headers()}
-	j.side = append(j.side, func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) })
-
+	run1 := func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) }
+	if sc.Owner != "" {
+		// Its rows are applied by the owner job's instances.
+		j.stage1 = newStage1Only(run1, stage1)
+		return nil
+	}
+	j.side = append(j.side, run1)
+	writers, err := e.stage2Writers(p, repartition.JobWriter{Codec: codec, Sink: p.Spec.Sinks[0].Name, Config: cfg})
+	if err != nil {
+		return err
+	}
+	router, err := repartition.NewRouter(metrics, writers...)
+	if err != nil {
+		return err
+	}
 	if sc.Ownership == pipelines.OwnershipGroup {
 		return e.dynamic(j, conn, router, cfg.Table, metrics, onError)
 	}
@@ -102,6 +111,62 @@ func (e *Env) scaled(j *Job) error {
 	}
 	j.sources = append(j.sources, src)
 	return router.AddWriters(runtime.FromSource(j.rt, "repartition", src.New))
+}
+
+// stage2Writers returns the writers of the owner job p's stage 2: its own,
+// then one for each loaded job that writes into p's table
+// (job.scale.owner), of that job's columns and table sink, named by it.
+func (e *Env) stage2Writers(p *pipelines.Pipeline, own repartition.JobWriter) ([]repartition.JobWriter, error) {
+	writers := []repartition.JobWriter{own}
+	for _, q := range e.loaded {
+		if sc := q.Spec.Job.Scale; sc == nil || sc.Owner != p.Spec.Job.Name {
+			continue
+		}
+		cfg, err := e.writerConfigOf(q, 0)
+		if err != nil {
+			return nil, err
+		}
+		codec, err := repartition.NewCodec(cfg.Table, q.Spec.Job.Name, cfg.Columns)
+		if err != nil {
+			return nil, err
+		}
+		writers = append(writers, repartition.JobWriter{Codec: codec, Sink: q.Spec.Sinks[0].Name, Config: cfg})
+	}
+	return writers, nil
+}
+
+// stage1Only is a job that writes into its owner job's table: its stage 1
+// is all of it, stopped by Stop (a final commit) or its context.
+type stage1Only struct {
+	run1   func(context.Context) error
+	status *repartition.Status
+	once   sync.Once
+	stopCh chan struct{}
+}
+
+func newStage1Only(run func(context.Context) error, status *repartition.Status) *stage1Only {
+	return &stage1Only{run1: run, status: status, stopCh: make(chan struct{})}
+}
+
+func (s *stage1Only) stop() { s.once.Do(func() { close(s.stopCh) }) }
+
+// run runs stage 1 until Stop or ctx ends.
+func (s *stage1Only) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-s.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := s.run1(ctx)
+	cancel()
+	<-stopped
+	return err
 }
 
 // dynamicStage2 is stage 2 of a scaled job with ownership group: the

@@ -109,12 +109,13 @@ func ReadScaleInfo(dataDir, job string) (info ScaleInfo, ok bool, err error) {
 		Dynamic: l.Ownership == string(pipelines.OwnershipGroup)}, true, nil
 }
 
-// ScaledWriter finds the scaled job among ps that writes table: a scaled
-// job has one sink, so it holds only its instance's buckets of it. ok is
-// false when no scaled job writes it.
+// ScaledWriter finds the scaled job among ps that owns table: a scaled
+// job has one sink, so it holds only its instance's buckets of it (a job
+// writing into it through its owner, job.scale.owner, holds none). ok is
+// false when no scaled job owns it.
 func ScaledWriter(ps []*pipelines.Pipeline, table string) (p *pipelines.Pipeline, ok bool) {
 	for _, p := range ps {
-		if p.Spec.Job.Scale != nil && len(p.Tables) > 0 && p.Tables[0].Spec.Name == table {
+		if sc := p.Spec.Job.Scale; sc != nil && sc.Owner == "" && len(p.Tables) > 0 && p.Tables[0].Spec.Name == table {
 			return p, true
 		}
 	}

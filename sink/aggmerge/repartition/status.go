@@ -18,6 +18,7 @@ type Status struct {
 		err      error                     // the failure being retried; nil: none
 		since    time.Time                 // of the first failure in a row
 		retries  int                       // failed sessions in a row
+		commits  int                       // transactions committed
 	}
 }
 
@@ -104,4 +105,13 @@ func (s *Status) committed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mu.err, s.mu.retries = nil, 0
+	s.mu.commits++
+}
+
+// Committed reports whether stage 1 committed a transaction since it
+// started: it reads and sends.
+func (s *Status) Committed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.commits > 0
 }
