@@ -173,7 +173,7 @@ func (r *runner) apiAllRows(w http.ResponseWriter, req *http.Request, t *aggmerg
 	ctx, cancel := context.WithTimeout(req.Context(), readScaledTimeout)
 	defer cancel()
 	if p.Spec.Job.Scale.Ownership == pipelines.OwnershipGroup {
-		err := readOwnerLog(ctx, r.env, p, func(t *aggmerge.Table) error {
+		err := readOwnerLog(ctx, r.env, p, r.env.Loaded(), func(t *aggmerge.Table) error {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.Header().Set(sourceHeader, ownerLogSource)
 			out := &jsonLines{w: w, cols: columns(t.Schema())}
@@ -223,9 +223,10 @@ func ownerLogNote(table string) string {
 }
 
 // readOwnerLog reads the whole table of the scaled job p with ownership
-// group from its owner log (build.Env.ReadOwnerLog) and calls fn with it.
-func readOwnerLog(ctx context.Context, env *build.Env, p *pipelines.Pipeline, fn func(*aggmerge.Table) error) error {
-	t, closeTable, err := env.ReadOwnerLog(ctx, p)
+// group, with the columns of the jobs among ps writing into it, from its
+// owner log (build.Env.ReadOwnerLog) and calls fn with it.
+func readOwnerLog(ctx context.Context, env *build.Env, p *pipelines.Pipeline, ps []*pipelines.Pipeline, fn func(*aggmerge.Table) error) error {
+	t, closeTable, err := env.ReadOwnerLog(ctx, p, ps)
 	if err != nil {
 		return err
 	}
@@ -246,7 +247,7 @@ func offlineAll(stderr io.Writer, f *tableFlags, out *rowWriter) (ok bool, err e
 	env := build.NewEnv(build.Options{DataDir: f.dataDir})
 	defer env.Close()
 	if p.Spec.Job.Scale.Ownership == pipelines.OwnershipGroup {
-		return true, readOwnerLog(ctx, env, p, func(t *aggmerge.Table) error {
+		return true, readOwnerLog(ctx, env, p, f.jobs, func(t *aggmerge.Table) error {
 			fmt.Fprintln(stderr, ownerLogNote(f.table))
 			out.header(columns(t.Schema()))
 			if err := readRows(t, "", out.row); err != nil {

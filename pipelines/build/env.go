@@ -319,6 +319,9 @@ func (e *Env) registerTable(name string, t *aggmerge.Table) {
 	}
 }
 
+// Loaded returns the jobs whose tables OpenTables opened.
+func (e *Env) Loaded() []*pipelines.Pipeline { return e.loaded }
+
 // Table returns an open table.
 func (e *Env) Table(name string) (*aggmerge.Table, bool) {
 	t, ok := e.tables[name]

@@ -153,8 +153,10 @@ func (e *Env) ReadScaled(ctx context.Context, p *pipelines.Pipeline) (*export.Sh
 // ReadOwnerLog reads the whole table of the scaled job p with ownership
 // group from its owner log, every bucket as its owner last published it
 // (repartition.ReadAll), into a table of its own in a temporary folder;
-// close removes both. From any process that reaches the job's cluster.
-func (e *Env) ReadOwnerLog(ctx context.Context, p *pipelines.Pipeline) (t *aggmerge.Table, close func() error, err error) {
+// close removes both. The table has the columns of p and of the jobs among
+// ps that write into it through p (job.scale.owner). From any process that
+// reaches the job's cluster.
+func (e *Env) ReadOwnerLog(ctx context.Context, p *pipelines.Pipeline, ps []*pipelines.Pipeline) (t *aggmerge.Table, close func() error, err error) {
 	conn, err := e.KafkaConnection(p.Spec.Sources[0].Kafka.Connection)
 	if err != nil {
 		return nil, nil, err
@@ -166,7 +168,13 @@ func (e *Env) ReadOwnerLog(ctx context.Context, p *pipelines.Pipeline) (t *aggme
 	tmp := NewEnv(Options{DataDir: dir, Logger: e.log})
 	close = func() error { return errors.Join(tmp.Close(), os.RemoveAll(dir)) }
 	name := p.Tables[0].Spec.Name
-	if err := tmp.OpenTables([]*pipelines.Pipeline{p}); err != nil {
+	writers := []*pipelines.Pipeline{p}
+	for _, q := range ps {
+		if sc := q.Spec.Job.Scale; sc != nil && sc.Owner == p.Spec.Job.Name {
+			writers = append(writers, q)
+		}
+	}
+	if err := tmp.OpenTables(writers); err != nil {
 		return nil, nil, errors.Join(err, close())
 	}
 	t = tmp.tables[name]
