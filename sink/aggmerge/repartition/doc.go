@@ -14,8 +14,15 @@
 //
 // Stage 2 reads the partitions the instance owns, read_committed,
 // with an ordinary Kafka source whose offsets live in the job's
-// checkpoints, and writes the decoded rows with the exactly-once writer
-// (Mapper).
+// checkpoints, and writes the decoded rows with the exactly-once writer.
+//
+// Independent jobs on one table (docs/SCALING.md): every partial row
+// carries its job and columns in headers (none: the owner job's); the
+// Router gives stage 2 one exactly-once writer per job, registered for
+// that job and its columns, and refuses (ErrColumns) a row whose columns
+// are not exactly its job's. Invariant: each column of the table changes
+// only through its job's writer, so a Publisher takes each writer's
+// columns as of that writer's commit marker.
 //
 // Failover (docs/SCALING.md, "the owner log"): the owner of a partition
 // publishes what stage 2 committed to the partition's owner log
@@ -45,7 +52,7 @@
 // writer's group. ReadAll reads a whole table from the owner log.
 //
 // Files: writer.go (stage 1), partial.go (the wire format), source.go
-// (stage 2's reader), ownerlog.go (owner-log records, the chain check,
+// (stage 2's reader), route.go (the jobs' writers in stage 2), ownerlog.go (owner-log records, the chain check,
 // CheckOwners), handover.go (Take, ReadAll), publisher.go (Publisher),
 // owners.go (Owners).
 package repartition
