@@ -142,7 +142,7 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 	e.ups.mu.Unlock()
 	for _, p := range ps {
 		for i, t := range p.Tables {
-			for k := range p.Spec.Job.Parallelism {
+			for k := range writerParallelism(p, ps) {
 				writerIDs[t.Spec.Name] = append(writerIDs[t.Spec.Name], fmt.Sprintf("%s/%s#%d", p.Spec.Job.Name, p.Spec.Sinks[i].Name, k))
 			}
 		}
@@ -317,6 +317,20 @@ func (e *Env) registerTable(name string, t *aggmerge.Table) {
 	if err := e.opts.Registerer.Register(g); err != nil {
 		e.log.Warn("register table metrics", "table", name, "err", err)
 	}
+}
+
+// writerParallelism is the parallelism of the writers of p's table sinks
+// among the jobs ps: p's, or for a job writing into its owner's table here
+// (job.scale.owner), the owner's, whose stage 2 runs them.
+func writerParallelism(p *pipelines.Pipeline, ps []*pipelines.Pipeline) int {
+	if pipelines.WritesThroughOwner(p, ps) {
+		for _, q := range ps {
+			if q.Spec.Job.Name == p.Spec.Job.Scale.Owner {
+				return q.Spec.Job.Parallelism
+			}
+		}
+	}
+	return p.Spec.Job.Parallelism
 }
 
 // Loaded returns the jobs whose tables OpenTables opened.

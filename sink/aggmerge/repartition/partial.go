@@ -44,6 +44,7 @@ type Codec struct {
 	table    *aggmerge.Table
 	job      string
 	columns  []string // the target columns, in the order of the values
+	header   []byte   // HeaderColumns: columns, comma-separated
 	keyTypes []agg.Type
 }
 
@@ -68,6 +69,7 @@ func NewCodec(table *aggmerge.Table, job string, columns []string) (*Codec, erro
 	for _, k := range sch.Key {
 		c.keyTypes = append(c.keyTypes, k.Type)
 	}
+	c.header = []byte(strings.Join(c.columns, ","))
 	return c, nil
 }
 
@@ -80,7 +82,7 @@ func (c *Codec) Columns() []string { return c.columns }
 // Headers returns the headers of the codec's records: its job and columns.
 func (c *Codec) Headers() []kgo.RecordHeader {
 	return []kgo.RecordHeader{{Key: HeaderJob, Value: []byte(c.job)},
-		{Key: HeaderColumns, Value: []byte(strings.Join(c.columns, ","))}}
+		{Key: HeaderColumns, Value: c.header}}
 }
 
 // Buckets is the table's bucket count.

@@ -49,7 +49,6 @@ func (w JobWriter) Group() string { return w.Codec.Job() + "/" + w.Sink }
 // (ErrColumns) and counted.
 type Router struct {
 	writers []JobWriter
-	columns [][]byte // each writer's HeaderColumns
 	metrics *Metrics
 }
 
@@ -69,7 +68,6 @@ func NewRouter(metrics *Metrics, writers ...JobWriter) (*Router, error) {
 		}
 		w.Config.Job, w.Config.Sink, w.Config.Columns = w.Codec.Job(), w.Sink, w.Codec.Columns()
 		r.writers = append(r.writers, w)
-		r.columns = append(r.columns, w.Codec.Headers()[1].Value)
 	}
 	return r, nil
 }
@@ -117,7 +115,7 @@ func (r *Router) writerOf(hs []kgo.RecordHeader) (int, error) {
 	if i < 0 {
 		return 0, fmt.Errorf("%w: a row of job %q, which writes no column of the table here (its jobs: %v)", ErrColumns, job, r.jobs())
 	}
-	if !bytes.Equal(cols, r.columns[i]) {
+	if !bytes.Equal(cols, r.writers[i].Codec.header) {
 		return 0, r.foreign(i, cols)
 	}
 	return i, nil
@@ -133,7 +131,7 @@ func (r *Router) foreign(i int, cols []byte) error {
 			}
 		}
 	}
-	return fmt.Errorf("%w: a row of job %q carries columns [%s]; the job writes [%s] here", ErrColumns, job, cols, r.columns[i])
+	return fmt.Errorf("%w: a row of job %q carries columns [%s]; the job writes [%s] here", ErrColumns, job, cols, r.writers[i].Codec.header)
 }
 
 func (r *Router) jobs() []string {
