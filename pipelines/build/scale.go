@@ -82,7 +82,12 @@ func (e *Env) scaled(j *Job) error {
 		TransactionTimeout: max(time.Minute, 3*every), // the broker allows 15 minutes by default
 		SessionTimeout:     sc.SessionTimeout.Std(),
 		Logger:             e.log.With("job", p.Spec.Job.Name, "stage", 1), Metrics: metrics, Status: stage1,
-		OnError: onError, DeadLetterTopic: k.DeadLetterTopic, Headers: codec.Headers()}
+		OnError: onError, DeadLetterTopic: k.DeadLetterTopic}
+	if sc.Owner != "" {
+		// The owner job's instances tell its rows by their headers (the
+		// owner's own rows go without).
+		wcfg.Headers = codec.Headers()
+	}
 	run1 := func(ctx context.Context) error { return repartition.Run(ctx, wcfg, every, send) }
 	if sc.Owner != "" {
 		// Its rows are applied by the owner job's instances.

@@ -16,8 +16,9 @@
 // with an ordinary Kafka source whose offsets live in the job's
 // checkpoints, and writes the decoded rows with the exactly-once writer.
 //
-// Independent jobs on one table (docs/SCALING.md): every partial row
-// carries its job and columns in headers (none: the owner job's); the
+// Independent jobs on one table (docs/SCALING.md): the partial rows of a
+// job writing into an owner job's table carry its job and columns in
+// headers (a row without them is the owner's); the
 // Router gives stage 2 one exactly-once writer per job, registered for
 // that job and its columns, and refuses (ErrColumns) a row whose columns
 // are not exactly its job's. Invariant: each column of the table changes

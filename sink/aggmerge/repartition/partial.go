@@ -24,10 +24,11 @@ var ErrPartial = errors.New("repartition: not a partial row")
 // partialVersion is the first byte of every partial row's value.
 const partialVersion = 1
 
-// The headers of every partial row: the job that wrote it and the columns
-// its values are of (comma-separated, in the order of the values). A
-// record without them is of the job that owns the table (stage 1 wrote
-// none before jobs could share a table through the hop).
+// The headers of the partial rows of a job writing into an owner job's
+// table: the job that wrote it and the columns its values are of
+// (comma-separated, in the order of the values). A record without them is
+// of the job that owns the table, whose stage 1 sends none (as before
+// jobs could share a table through the hop).
 const (
 	HeaderJob     = "ebbflow.job"
 	HeaderColumns = "ebbflow.columns"

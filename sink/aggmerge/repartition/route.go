@@ -39,8 +39,9 @@ func (w JobWriter) Group() string { return w.Codec.Job() + "/" + w.Sink }
 
 // Router routes stage 2's records to the writers of the jobs that write
 // the table through the hop (docs/SCALING.md, "Independent jobs on one
-// table"): writer 0 is the owner job's, which also applies every record
-// without headers (stage 1 wrote none before tables could be shared); each
+// table"): writer 0 is the owner job's, which applies every record
+// without headers (its stage 1 sends none, as it did before tables could
+// be shared through the hop); each
 // other job's rows go to its own writer, registered for that job and its
 // columns, so the table's registry refuses columns that overlap another
 // job's (aggmerge.ErrColumnConflict), and the writers undo and fence each
@@ -145,8 +146,14 @@ func (r *Router) jobs() []string {
 // AddWriters adds stage 2's writers to the job reading rows: the rows of
 // each writer (a filter "repartition-<job>") go to its exactly-once
 // writer (writer.To). The owner job's writer is named by its Sink; the
-// others' operators are "<Sink>@<job>".
+// others' operators are "<Sink>@<job>". The owner job alone reads rows
+// without a filter, in the graph of a job that shares its table with
+// none.
 func (r *Router) AddWriters(rows runtime.Stream[Partial]) error {
+	if len(r.writers) == 1 {
+		w := r.writers[0]
+		return writer.To(rows, w.Sink, w.Config, partialMapper)
+	}
 	for i, w := range r.writers {
 		name := w.Sink
 		if i > 0 {

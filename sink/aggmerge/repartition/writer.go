@@ -39,7 +39,8 @@ type WriterConfig struct {
 	// the hop has its own (and its own Group).
 	TransactionalID string
 	// Headers go with every partial row: the writing job and its columns
-	// (Codec.Headers), which tell the bucket's owner whose row it is.
+	// (Codec.Headers), which tell the bucket's owner whose row it is;
+	// none for the owner job's own rows.
 	Headers []kgo.RecordHeader
 	// InstanceID, if set, makes the writer a static member of the group
 	// (KIP-345): a restarted instance gets its input partitions back at
