@@ -378,7 +378,11 @@ func TestChained(t *testing.T) {
 func snapshotValues(t *testing.T, ts export.TableSnapshot, key string, cols ...string) map[string][]agg.Value {
 	t.Helper()
 	out := map[string][]agg.Value{}
-	for _, r := range ts.Rows {
+	rows, err := ts.Rows.Map()
+	if err != nil {
+		t.Fatalf("%s: %v", ts.Topic, err)
+	}
+	for _, r := range rows {
 		m := r.Map()
 		var vs []agg.Value
 		for _, col := range cols {

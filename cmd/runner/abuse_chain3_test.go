@@ -203,11 +203,16 @@ func unpaired(s *export.Snapshot) string {
 }
 
 // rowsBy returns a snapshot table's rows by the value of column key.
-func rowsBy(rows map[string]kafka.Row, key string) map[string]map[string]any {
+func rowsBy(rows export.Rows, key string) map[string]map[string]any {
 	out := map[string]map[string]any{}
-	for _, r := range rows {
+	err := rows.Each(func(_ string, r kafka.Row) error {
 		m := r.Map()
 		out[fmt.Sprint(m[key])] = m
+		return nil
+	})
+	if err != nil {
+		// These rows are read from the changelogs: they are a map.
+		panic(fmt.Sprintf("rows of a changelog: %v", err))
 	}
 	return out
 }
@@ -354,7 +359,7 @@ func (rd *snapshotReader) readWeak(ctx context.Context) bool {
 	case err != nil:
 		r.failure = fmt.Sprintf("weak snapshot %d: %v", r.weak+1, err)
 		return false
-	case slices.ContainsFunc(s.Tables, func(ts export.TableSnapshot) bool { return len(ts.Rows) == 0 }):
+	case slices.ContainsFunc(s.Tables, func(ts export.TableSnapshot) bool { return ts.Rows.Len() == 0 }):
 		return true
 	}
 	r.weak++

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"os/signal"
@@ -45,22 +44,45 @@ type snapshotTableOut struct {
 	Rows   []kafka.Row `json:"rows"` // sorted by primary key (its JSON)
 }
 
-func snapshotOutOf(s *export.Snapshot) snapshotOut {
+func snapshotOutOf(s *export.Snapshot) (snapshotOut, error) {
 	out := snapshotOut{Consistent: s.Consistent, Mode: "consistent", Tables: []snapshotTableOut{}}
 	if !s.Consistent {
 		out.Mode = "weak"
 	}
 	for _, t := range s.Tables {
-		to := snapshotTableOut{Table: t.Version.Table, Topic: t.Topic, Version: t.Version, Source: "changelog", Rows: []kafka.Row{}}
+		to := snapshotTableOut{Table: t.Version.Table, Topic: t.Topic, Version: t.Version, Source: "changelog"}
 		if t.Local {
 			to.Source = "table"
 		}
-		for _, k := range slices.Sorted(maps.Keys(t.Rows)) {
-			to.Rows = append(to.Rows, t.Rows[k])
+		var err error
+		if to.Rows, err = sortedRows(t.Rows); err != nil {
+			return snapshotOut{}, fmt.Errorf("table %s at version %d: %w", t.Version.Table, t.Version.Version, err)
 		}
 		out.Tables = append(out.Tables, to)
 	}
-	return out
+	return out, nil
+}
+
+// sortedRows returns rs sorted by record key.
+func sortedRows(rs export.Rows) ([]kafka.Row, error) {
+	type keyed struct {
+		key string
+		row kafka.Row
+	}
+	all := make([]keyed, 0, rs.Len())
+	err := rs.Each(func(k string, r kafka.Row) error {
+		all = append(all, keyed{k, r})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	rows := make([]kafka.Row, len(all))
+	for i := range all {
+		rows[i] = all[i].row
+	}
+	return rows, nil
 }
 
 // apiSnapshot writes the tables of ?tables=a,b,c at the newest mutually
@@ -88,7 +110,12 @@ func (r *runner) apiSnapshot(w http.ResponseWriter, req *http.Request) {
 	var ie *export.InconsistentError
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, snapshotOutOf(s))
+		out, err := snapshotOutOf(s)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
 	case errors.As(err, &ie):
 		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "reasons": ie.Reasons})
 	case errors.Is(err, build.ErrSnapshotName):
@@ -216,7 +243,7 @@ func kafkaSnapshot(ctx context.Context, d *dataDirFlags, brokers, names []string
 	if err != nil {
 		return snapshotOut{}, err
 	}
-	return snapshotOutOf(s), nil
+	return snapshotOutOf(s)
 }
 
 // changelogOf returns the changelog topic and format of table name: from

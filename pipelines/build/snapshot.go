@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
@@ -72,18 +71,18 @@ func (e *Env) Snapshot(ctx context.Context, names []string, weak bool) (*export.
 var ErrSnapshotName = errors.New("build: cannot read that table at a version")
 
 // rowsAt is the export.SnapshotConfig.Local of the tables byTopic.
-func (e *Env) rowsAt(byTopic map[string]*changelogExport) func(string, *export.Version) (map[string]kafka.Row, bool, error) {
-	return func(topic string, v *export.Version) (map[string]kafka.Row, bool, error) {
+func (e *Env) rowsAt(byTopic map[string]*changelogExport) func(string, *export.Version) (export.Rows, bool, error) {
+	return func(topic string, v *export.Version) (export.Rows, bool, error) {
 		ce := byTopic[topic]
 		if ce == nil {
-			return nil, false, nil
+			return export.Rows{}, false, nil
 		}
 		rows, ok, err := ce.x.RowsAt(v)
 		if errors.Is(err, export.ErrPastRetention) {
 			// The table's log no longer reaches back to v: its changelog
 			// still does.
 			e.log.Debug("snapshot: version past the table's log, read from the changelog", "table", ce.name, "version", v.Version, "err", err)
-			return nil, false, nil
+			return export.Rows{}, false, nil
 		}
 		return rows, ok, err
 	}

@@ -62,6 +62,17 @@ func rowInt(t *testing.T, r kafka.Row, col string) int64 {
 	return n
 }
 
+// tableRows returns the rows of ts as a map (nil, with an error reported,
+// when they cannot be read).
+func tableRows(t testing.TB, ts export.TableSnapshot) map[string]kafka.Row {
+	t.Helper()
+	m, err := ts.Rows.Map()
+	if err != nil {
+		t.Errorf("%s at version %d: %v", ts.Topic, ts.Version.Version, err)
+	}
+	return m
+}
+
 func sameSnapshotRows(a, b map[string]kafka.Row) bool {
 	return maps.EqualFunc(a, b, func(x, y kafka.Row) bool { return x.String() == y.String() })
 }
@@ -105,7 +116,7 @@ func TestSnapshotChain(t *testing.T) {
 		if u := b.Version.Upstream; len(u) != 1 || u[0].Topic != aTopic || !u[0].Exact {
 			t.Errorf("B's version %d paired with A's %d names upstream %+v", b.Version.Version, a.Version.Version, u)
 		}
-		if got, want := snapshotRegions(t, b.Rows), snapshotAggregate(t, a.Rows); !maps.Equal(got, want) {
+		if got, want := snapshotRegions(t, tableRows(t, b)), snapshotAggregate(t, tableRows(t, a)); !maps.Equal(got, want) {
 			t.Errorf("B at version %d: %v; the aggregate of A at version %d: %v", b.Version.Version, got, a.Version.Version, want)
 		}
 	}
@@ -134,9 +145,9 @@ func TestSnapshotChain(t *testing.T) {
 				t.Error(err)
 				return 0
 			}
-			if !sameSnapshotRows(rows, ts.Rows) {
-				t.Errorf("%s at version %d: the runner's snapshot (local %v) has %d rows, the changelog %d: %v vs %v",
-					ts.Topic, ts.Version.Version, ts.Local, len(ts.Rows), len(rows), ts.Rows, rows)
+			if got := tableRows(t, ts); !sameSnapshotRows(rows, got) || ts.Rows.Len() != len(got) {
+				t.Errorf("%s at version %d: the runner's snapshot (local %v) has %d rows (Len %d), the changelog %d: %v vs %v",
+					ts.Topic, ts.Version.Version, ts.Local, len(got), ts.Rows.Len(), len(rows), got, rows)
 			}
 		}
 		return local
@@ -197,7 +208,7 @@ func TestSnapshotChain(t *testing.T) {
 			if err == nil {
 				check(s)
 				got := map[string]int64{}
-				for _, r := range s.Tables[0].Rows {
+				for _, r := range tableRows(t, s.Tables[0]) {
 					got[rowString(t, r, "user")] = rowInt(t, r, "total")
 				}
 				if maps.Equal(got, model) {

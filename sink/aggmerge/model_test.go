@@ -234,27 +234,34 @@ func pastRowsOf(tbl *Table, m *model, where string) pastRows {
 	return p
 }
 
-// checkTableAt checks that ScanAt at p's log ends gives p's rows.
+// checkTableAt checks that RowsAt at p's log ends gives p's rows, each
+// under its encoded key.
 func checkTableAt(t *testing.T, tbl *Table, p pastRows) {
 	t.Helper()
 	got := map[string][]agg.Value{}
-	err := tbl.ScanAt(p.ends, func(r Row) error {
-		k, _ := tbl.EncodeKey(r.Key)
-		if _, dup := got[string(k)]; dup {
-			t.Fatalf("%s: ScanAt(%v) gives key %v twice", p.where, p.ends, r.Key)
-		}
-		got[string(k)] = slices.Clone(r.Values)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("%s: ScanAt(%v): %v", p.where, p.ends, err)
+	rs, err := tbl.RowsAt(p.ends)
+	if err == nil {
+		err = rs.Each(func(ek []byte, r Row) error {
+			k, _ := tbl.EncodeKey(r.Key)
+			if string(k) != string(ek) {
+				t.Fatalf("%s: RowsAt(%v) gives key %v as %x, it encodes as %x", p.where, p.ends, r.Key, ek, k)
+			}
+			if _, dup := got[string(k)]; dup {
+				t.Fatalf("%s: RowsAt(%v) gives key %v twice", p.where, p.ends, r.Key)
+			}
+			got[string(k)] = slices.Clone(r.Values)
+			return nil
+		})
 	}
-	if len(got) != len(p.rows) {
-		t.Fatalf("%s: ScanAt(%v) gives %d rows, the model had %d", p.where, p.ends, len(got), len(p.rows))
+	if err != nil {
+		t.Fatalf("%s: RowsAt(%v): %v", p.where, p.ends, err)
+	}
+	if len(got) != len(p.rows) || rs.Len() != len(p.rows) {
+		t.Fatalf("%s: RowsAt(%v) gives %d rows (Len %d), the model had %d", p.where, p.ends, len(got), rs.Len(), len(p.rows))
 	}
 	for k, want := range p.rows {
 		if g, ok := got[k]; !ok || !equalVals(g, want.vals) {
-			t.Fatalf("%s: ScanAt(%v): key %v: %v, the model had %v", p.where, p.ends, want.key, g, want.vals)
+			t.Fatalf("%s: RowsAt(%v): key %v: %v, the model had %v", p.where, p.ends, want.key, g, want.vals)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package aggmerge
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -175,26 +176,113 @@ func (t *Table) scanBucket(it *pebble.Iterator, b uint32, p []byte, key, vals *[
 
 func hasPrefix(k, p []byte) bool { return len(k) >= len(p) && string(k[:len(p)]) == string(p) }
 
-// ScanAt calls fn for every row as it was when each bucket b's log ended
-// at at[b] (a past log end; at holds one offset per bucket): from the rows
-// now and, for each key changed since, the before-image of its first
-// change at or past at[b]. It reads the log from at[b], so it costs the
-// writes since then and is bounded by log retention: an offset below a
-// bucket's retained log start is ErrBelowLogStart, one beyond its end
-// ErrBeyondLogEnd. The row's slices are reused as in Scan.
-func (t *Table) ScanAt(at []uint64, fn func(Row) error) error {
+// RowSet is a table's rows as of one point of its log, captured by RowsAt.
+// The rows stay encoded as the table stores them and are decoded as they
+// are read (Each): capturing a table costs the copy of its rows, not their
+// decoding. It is immutable, so readers may share it.
+type RowSet struct {
+	keyTypes, valTypes []agg.Type
+	n                  int
+	// data holds each row in turn: its key (as AppendKey encodes it) and
+	// its value columns (encoding.AppendRow), each after its length as a
+	// uvarint.
+	data []byte
+}
+
+// Len returns the number of rows.
+func (s *RowSet) Len() int { return s.n }
+
+// Each calls fn for every row, in no particular order, with its key as
+// AppendKey encodes it. The key and the row's slices are reused: they are
+// valid only during the call. An error from fn stops it and is returned.
+func (s *RowSet) Each(fn func(key []byte, r Row) error) error {
+	var key, vals []agg.Value
+	for b := s.data; len(b) > 0; {
+		k, rest := cut(b)
+		v, rest := cut(rest)
+		if k == nil || v == nil {
+			return fmt.Errorf("%w: row set cut short", ErrCorrupt)
+		}
+		b = rest
+		var err error
+		if key, err = encoding.DecodeKey(k, s.keyTypes, key); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if vals, err = encoding.DecodeRow(v, s.valTypes, vals); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if err := fn(k, Row{Key: key, Values: vals}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add appends the row of encoded key k and values v.
+func (s *RowSet) add(k, v []byte) {
+	s.data = append(binary.AppendUvarint(s.data, uint64(len(k))), k...)
+	s.data = append(binary.AppendUvarint(s.data, uint64(len(v))), v...)
+	s.n++
+}
+
+// cut splits b into the bytes its leading uvarint length counts and the
+// rest; nil when b is too short.
+func cut(b []byte) (field, rest []byte) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return nil, nil
+	}
+	return b[w : w+int(n) : w+int(n)], b[w+int(n):]
+}
+
+// RowsAt captures the rows as they were when each bucket b's log ended at
+// at[b] (a past log end; at holds one offset per bucket): the rows now and,
+// for each key changed since, the before-image of its first change at or
+// past at[b]. It reads the log from at[b], so it costs the writes since
+// then and is bounded by log retention: an offset below a bucket's
+// retained log start is ErrBelowLogStart, one beyond its end
+// ErrBeyondLogEnd.
+func (t *Table) RowsAt(at []uint64) (*RowSet, error) {
 	if len(at) != t.schema.Buckets {
-		return fmt.Errorf("%w: %d log offsets for %d buckets", ErrInvalid, len(at), t.schema.Buckets)
+		return nil, fmt.Errorf("%w: %d log offsets for %d buckets", ErrInvalid, len(at), t.schema.Buckets)
 	}
 	// The rows first, then the log from at to an end at or past theirs:
 	// every key changed between at and the rows' point is in the log read.
 	it, err := t.rowIter()
 	if err != nil {
-		return fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
+		return nil, fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
 	}
 	defer it.Close()
-	// then holds, per encoded key changed since at, its row at at.
-	then := map[string][]agg.Value{}
+	then, err := t.changedSince(at)
+	if err != nil {
+		return nil, err
+	}
+	s := &RowSet{keyTypes: t.keyTypes, valTypes: t.valTypes}
+	for b := range uint32(t.schema.Buckets) {
+		lo := encoding.RowPrefix(nil, b)
+		for ok := it.SeekGE(lo); ok && hasPrefix(it.Key(), lo); ok = it.Next() {
+			k := it.Key()[len(lo):]
+			if _, changed := then[string(k)]; !changed {
+				s.add(k, it.Value())
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("scan %q: %w", t.dir, t.pebbleErr(err))
+	}
+	for k, v := range then {
+		if v != nil { // nil: no row at at
+			s.add([]byte(k), v)
+		}
+	}
+	return s, nil
+}
+
+// changedSince returns, per encoded key changed since the log ends at, its
+// row then (encoded; nil when it had none): the before-image of its first
+// change at or past at[b].
+func (t *Table) changedSince(at []uint64) (map[string][]byte, error) {
+	then := map[string][]byte{}
 	var k []byte
 	for b, from := range at {
 		err := t.ReadLog(b, from, func(e *Entry) error {
@@ -206,34 +294,17 @@ func (t *Table) ScanAt(at []uint64, fn func(Row) error) error {
 				return fmt.Errorf("%w: log entry %d of bucket %d: %v", ErrCorrupt, e.Offset, b, err)
 			}
 			if _, seen := then[string(k)]; !seen {
-				then[string(k)] = e.Before
+				var v []byte
+				if e.Before != nil {
+					v = encoding.AppendRow(nil, t.valTypes, e.Before)
+				}
+				then[string(k)] = v
 			}
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("scan %q as of log offset %d of bucket %d: %w", t.dir, from, b, err)
+			return nil, fmt.Errorf("scan %q as of log offset %d of bucket %d: %w", t.dir, from, b, err)
 		}
 	}
-	err = t.scanKeys(it, nil, func(k []byte, r Row) error {
-		if _, changed := then[string(k)]; changed {
-			return nil
-		}
-		return fn(r)
-	})
-	if err != nil {
-		return err
-	}
-	var key []agg.Value
-	for ek, vals := range then {
-		if vals == nil {
-			continue // no row at at
-		}
-		if key, err = encoding.DecodeKey([]byte(ek), t.keyTypes, key); err != nil {
-			return fmt.Errorf("scan %q: %w: %v", t.dir, ErrCorrupt, err)
-		}
-		if err := fn(Row{Key: key, Values: vals}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return then, nil
 }

@@ -92,9 +92,9 @@ func TestRetentionHolds(t *testing.T) {
 	}
 }
 
-// TestScanAtPastRetention: rows as of log ends below the retained log
+// TestRowsAtPastRetention: rows as of log ends below the retained log
 // start are refused with ErrBelowLogStart, not given wrong.
-func TestScanAtPastRetention(t *testing.T) {
+func TestRowsAtPastRetention(t *testing.T) {
 	tbl, err := Open(t.TempDir(), smallSchema(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,12 +110,15 @@ func TestScanAtPastRetention(t *testing.T) {
 	if s := starts(t, tbl); s[0] <= old[0] {
 		t.Fatalf("log of bucket 0 starts at %d after truncation, want past %d", s[0], old[0])
 	}
-	err = tbl.ScanAt(old, func(Row) error { return nil })
-	if !errors.Is(err, ErrBelowLogStart) {
-		t.Fatalf("ScanAt below the log start: %v, want ErrBelowLogStart", err)
+	if _, err := tbl.RowsAt(old); !errors.Is(err, ErrBelowLogStart) {
+		t.Fatalf("RowsAt below the log start: %v, want ErrBelowLogStart", err)
 	}
+	rs, err := tbl.RowsAt(tbl.LogEnds())
 	n := 0
-	if err := tbl.ScanAt(tbl.LogEnds(), func(Row) error { n++; return nil }); err != nil || n != 10 {
-		t.Fatalf("ScanAt at the log ends: %d rows, %v; want 10", n, err)
+	if err == nil {
+		err = rs.Each(func([]byte, Row) error { n++; return nil })
+	}
+	if err != nil || n != 10 || rs.Len() != 10 {
+		t.Fatalf("RowsAt at the log ends: %d rows, %v; want 10", n, err)
 	}
 }

@@ -342,8 +342,9 @@ func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 }
 
 // BenchmarkRowsAt times Exporter.RowsAt, the hosting runner's read of a
-// table at a version (the fast path of a consistent snapshot): a table of
-// 100k rows (one write each), its newest version, the rows as of it.
+// table at a version (the fast path of a consistent snapshot), and every
+// row of it made (Rows.Each): a table of 100k rows (one write each), its
+// newest version, the rows as of it.
 //
 //	go test -run XXX -bench RowsAt -benchtime 20x ./sink/aggmerge/export/
 func BenchmarkRowsAt(b *testing.B) {
@@ -378,8 +379,12 @@ func BenchmarkRowsAt(b *testing.B) {
 	cpu0 := cputime.Process()
 	for b.Loop() {
 		got, ok, err := x.RowsAt(&v)
-		if err != nil || !ok || len(got) != rows {
-			b.Fatalf("rows at version %d: %d rows, %v, %v; want %d", v.Version, len(got), ok, err, rows)
+		n := 0
+		if err == nil {
+			err = got.Each(func(string, kafka.Row) error { n++; return nil })
+		}
+		if err != nil || !ok || n != rows || got.Len() != rows {
+			b.Fatalf("rows at version %d: %d rows (Len %d), %v, %v; want %d", v.Version, n, got.Len(), ok, err, rows)
 		}
 	}
 	b.ReportMetric(float64((cputime.Process()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")

@@ -30,7 +30,7 @@ type SnapshotConfig struct {
 	// runner that hosts the table (Exporter.RowsAt). ok false: not hosted
 	// here, or the version is not known here yet; the table is then read
 	// from its changelog.
-	Local func(topic string, v *Version) (rows map[string]kafka.Row, ok bool, err error)
+	Local func(topic string, v *Version) (rows Rows, ok bool, err error)
 	// LocalVersions, if set, returns the versions of a table that the
 	// runner hosting it keeps (Exporter.Versions); ok false: not hosted
 	// here. When every table has them, the versions are chosen among
@@ -53,9 +53,8 @@ type Snapshot struct {
 type TableSnapshot struct {
 	Topic   string
 	Version Version
-	// Rows are the table at the version: the record key (the primary key
-	// as JSON, as the changelog writes it) → the row.
-	Rows map[string]kafka.Row
+	// Rows are the table at the version.
+	Rows Rows
 	// Local is true when the rows come from the hosting runner's table
 	// (SnapshotConfig.Local), false when from the changelog topic.
 	Local bool
@@ -114,7 +113,7 @@ func ReadSnapshot(ctx context.Context, cfg SnapshotConfig) (*Snapshot, error) {
 		if format == "" {
 			format = Format(t.Version.ChangelogFormat)
 		}
-		t.Rows, err = ReadTable(ctx, ReaderConfig{Kafka: cfg.Kafka, Topic: t.Topic, Format: format, Until: t.Version.EndOffsets})
+		t.Rows.m, err = ReadTable(ctx, ReaderConfig{Kafka: cfg.Kafka, Topic: t.Topic, Format: format, Until: t.Version.EndOffsets})
 		if err != nil {
 			return fmt.Errorf("version %d: %w", t.Version.Version, err)
 		}
@@ -180,12 +179,12 @@ func (x *Exporter) Versions() []Version {
 
 // RowsAt reads the table as of version v, which this exporter published
 // (one of the newest it keeps, see Config.VersionsFile): the table's rows
-// as of the log ends kept with it (aggmerge.Table.ScanAt: the rows now and
+// as of the log ends kept with it (aggmerge.Table.RowsAt: the rows now and
 // the log's before-images), as ReadTable would read them from the
-// changelog up to v's end offsets: record key → row. ok is false when it
-// keeps no such version. A version whose log the table no longer retains
-// is ErrPastRetention.
-func (x *Exporter) RowsAt(v *Version) (rows map[string]kafka.Row, ok bool, err error) {
+// changelog up to v's end offsets. ok is false when it keeps no such
+// version. A version whose log the table no longer retains is
+// ErrPastRetention.
+func (x *Exporter) RowsAt(v *Version) (rows Rows, ok bool, err error) {
 	var at []uint64
 	x.mu.Lock()
 	for i := range x.mu.kept {
@@ -196,25 +195,14 @@ func (x *Exporter) RowsAt(v *Version) (rows map[string]kafka.Row, ok bool, err e
 	}
 	x.mu.Unlock()
 	if at == nil {
-		return nil, false, nil
+		return Rows{}, false, nil
 	}
-	m := newRowMaker(&x.enc.schema)
-	// Sized for the rows now (about as many as at v): filling it rehashes
-	// nothing (a third of the CPU of 100k rows went to growing it).
-	rows = make(map[string]kafka.Row, x.cfg.Table.Count())
-	err = x.cfg.Table.ScanAt(at, func(r aggmerge.Row) error {
-		row, err := m.row(r.Key, r.Values)
-		if err != nil {
-			return fmt.Errorf("row %v: %w", r.Key, err)
-		}
-		rows[m.key(r.Key)] = row
-		return nil
-	})
+	set, err := x.cfg.Table.RowsAt(at)
 	if errors.Is(err, aggmerge.ErrBelowLogStart) {
 		err = fmt.Errorf("%w: %w", ErrPastRetention, err)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read table %q at version %d: %w", x.cfg.Name, v.Version, err)
+		return Rows{}, false, fmt.Errorf("read table %q at version %d: %w", x.cfg.Name, v.Version, err)
 	}
-	return rows, true, nil
+	return Rows{set: set, schema: &x.enc.schema}, true, nil
 }

@@ -65,8 +65,11 @@ func TestReadSnapshotVersions(t *testing.T) {
 		var out []string
 		for _, ts := range s.Tables {
 			var rs []string
-			for k, r := range ts.Rows {
+			if err := ts.Rows.Each(func(k string, r kafka.Row) error {
 				rs = append(rs, k+"="+r.String())
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 			slices.Sort(rs)
 			out = append(out, strings.Join(rs, " "))
