@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,34 +54,12 @@ func snapshotOutOf(s *export.Snapshot) (snapshotOut, error) {
 			to.Source = "table"
 		}
 		var err error
-		if to.Rows, err = sortedRows(t.Rows); err != nil {
+		if to.Rows, err = t.Rows.Sorted(); err != nil {
 			return snapshotOut{}, fmt.Errorf("table %s at version %d: %w", t.Version.Table, t.Version.Version, err)
 		}
 		out.Tables = append(out.Tables, to)
 	}
 	return out, nil
-}
-
-// sortedRows returns rs sorted by record key.
-func sortedRows(rs export.Rows) ([]kafka.Row, error) {
-	type keyed struct {
-		key string
-		row kafka.Row
-	}
-	all := make([]keyed, 0, rs.Len())
-	err := rs.Each(func(k string, r kafka.Row) error {
-		all = append(all, keyed{k, r})
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	rows := make([]kafka.Row, len(all))
-	for i := range all {
-		rows[i] = all[i].row
-	}
-	return rows, nil
 }
 
 // apiSnapshot writes the tables of ?tables=a,b,c at the newest mutually

@@ -50,6 +50,11 @@ type Value struct {
 // NewRow returns a row of the given fields (copied).
 func NewRow(fields ...Field) Row { return Row{fields: append([]Field(nil), fields...)} }
 
+// RowOf returns a row over fields themselves, not a copy as NewRow makes:
+// for a reader that hands out row after row in one reused slice, each row
+// valid only until the slice changes.
+func RowOf(fields []Field) Row { return Row{fields: fields} }
+
 // Len is the number of fields.
 func (r Row) Len() int { return len(r.fields) }
 

@@ -13,22 +13,19 @@ import (
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
-// keyChunk is the bytes of record keys a rowMaker allocates at once.
-const keyChunk = 64 << 10
-
 // rowMaker makes a table's rows as a reader of its changelog gets them
 // (appendKey and appendRow, decoded by kafka.RowDecoder) straight from
 // the values, without the JSON: the round trip was half of RowsAt's CPU.
 // TestRowMakerMatchesJSON holds the two equal for every kind of value.
-// Keys and fields are carved out of chunks that are never written again,
-// as the decoder's are. One goroutine uses it.
+// The key and the row's fields are reused: each is valid until the next
+// (the values they hold are not: they may be kept). One goroutine uses it.
 type rowMaker struct {
 	s      *aggmerge.Schema
-	rows   kafka.RowBuilder
-	fields []kafka.Field // reused: the row being made
-	keys   []byte        // the current chunk of keys
-	num    []byte        // reused: a float's text
-	set    []kafka.Value // reused: a set's elements
+	rows   kafka.RowBuilder // makes sets, out of chunks never written again
+	fields []kafka.Field    // reused: the row being made
+	keyBuf []byte           // reused: the key being made
+	num    []byte           // reused: a float's text
+	set    []kafka.Value    // reused: a set's elements
 }
 
 func newRowMaker(s *aggmerge.Schema) *rowMaker {
@@ -36,17 +33,14 @@ func newRowMaker(s *aggmerge.Schema) *rowMaker {
 }
 
 // key returns the record key of a row: its primary key as appendKey writes
-// it.
+// it, valid until the next key.
 func (m *rowMaker) key(key []agg.Value) string {
-	if cap(m.keys)-len(m.keys) < 256 {
-		m.keys = make([]byte, 0, keyChunk)
-	}
-	at := len(m.keys)
-	m.keys = appendKey(m.keys, m.s, key) // a longer key moves on to a chunk of its own
-	return unsafe.String(&m.keys[at], len(m.keys)-at)
+	m.keyBuf = appendKey(m.keyBuf[:0], m.s, key)
+	return unsafe.String(unsafe.SliceData(m.keyBuf), len(m.keyBuf))
 }
 
-// row returns the row of key and vals as appendRow's JSON decodes.
+// row returns the row of key and vals as appendRow's JSON decodes, valid
+// until the next row (its fields are reused).
 func (m *rowMaker) row(key, vals []agg.Value) (kafka.Row, error) {
 	for i, c := range m.s.Key {
 		if err := m.value(&m.fields[i], c.Name, key[i]); err != nil {
@@ -58,7 +52,7 @@ func (m *rowMaker) row(key, vals []agg.Value) (kafka.Row, error) {
 			return kafka.Row{}, err
 		}
 	}
-	return m.rows.Row(m.fields...), nil
+	return kafka.RowOf(m.fields), nil
 }
 
 // value sets f to the column name and v as agg.AppendJSON's JSON decodes.

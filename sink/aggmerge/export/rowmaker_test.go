@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +170,15 @@ func TestRowsAtEqualsChangelog(t *testing.T) {
 				}
 				if uint64(len(want)) != tbl.Count() {
 					past++
+				}
+				sorted, err := rows.Sorted()
+				if err != nil || len(sorted) != len(want) {
+					t.Fatalf("seed %d: version %d: Sorted gives %d rows, the changelog %d: %v", seed, v.Version, len(sorted), len(want), err)
+				}
+				for i, k := range slices.Sorted(maps.Keys(want)) {
+					if !reflect.DeepEqual(sorted[i], want[k]) {
+						t.Fatalf("seed %d: version %d: Sorted gives %v at %d, the changelog's row of key %s is %v", seed, v.Version, sorted[i], i, k, want[k])
+					}
 				}
 			}
 			var vs []Version

@@ -2,6 +2,8 @@ package export
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
@@ -29,8 +31,9 @@ func (r Rows) Len() int {
 }
 
 // Each calls fn for every row, in no particular order, with its record
-// key; fn may keep both. An error from fn, or a row the table cannot
-// decode, stops it and is returned.
+// key. The key and the row are valid only during the call (the table's
+// are made into reused memory); Map and Sorted keep them. An error from
+// fn, or a row the table cannot decode, stops it and is returned.
 func (r Rows) Each(fn func(key string, row kafka.Row) error) error {
 	if r.set == nil {
 		for k, row := range r.m {
@@ -57,9 +60,39 @@ func (r Rows) Map() (map[string]kafka.Row, error) {
 		return r.m, nil
 	}
 	m := make(map[string]kafka.Row, r.set.Len())
-	err := r.Each(func(k string, row kafka.Row) error {
-		m[k] = row
+	var k keeper
+	err := r.Each(func(key string, row kafka.Row) error {
+		m[strings.Clone(key)] = k.row(row)
 		return nil
 	})
 	return m, err
 }
+
+// Sorted returns the rows sorted by record key.
+func (r Rows) Sorted() ([]kafka.Row, error) {
+	type keyed struct {
+		key string
+		row kafka.Row
+	}
+	all := make([]keyed, 0, r.Len())
+	var k keeper
+	err := r.Each(func(key string, row kafka.Row) error {
+		all = append(all, keyed{strings.Clone(key), k.row(row)})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	rows := make([]kafka.Row, len(all))
+	for i := range all {
+		rows[i] = all[i].row
+	}
+	return rows, nil
+}
+
+// keeper keeps the rows Each hands out: their fields copied out of the
+// reused slice (the values in them are not reused, see rowMaker).
+type keeper struct{ rows kafka.RowBuilder }
+
+func (k *keeper) row(r kafka.Row) kafka.Row { return k.rows.Row(r.Fields()...) }
