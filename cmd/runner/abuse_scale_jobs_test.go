@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand"
 	"os"
@@ -145,6 +146,14 @@ func (s *sharedJobs) waitExact(orders *orderFeed, pays *paymentFeed, seed int64,
 	last := ""
 	for _, i := range s.live() {
 		waitFor(s.t, s.runners[i], 90*time.Second, fmt.Sprintf("%s: the exact aggregates of both jobs over instances %v (seed %d): %s", what, s.live(), seed, last), func() bool {
+			// A scan of a directory whose runner does not serve yet
+			// opens it, and a runner starting meanwhile finds it locked.
+			for _, j := range s.live() {
+				if liveRunner(s.dirs[j]) == "" {
+					last = fmt.Sprintf("instance %d does not serve", j)
+					return false
+				}
+			}
 			all := map[string]map[string]any{}
 			for _, j := range s.live() {
 				for u, r := range scanJSON(s.t, s.dirs[j], "totals", "user") {
@@ -225,4 +234,90 @@ func TestAbuseScaleIndependentJobs(t *testing.T) {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	t.Logf("seed %d: %d orders, %d payment users", seed, orders.seq, len(pays.want))
+}
+
+var sharedRoundsFlag = flag.Int("shared-rounds", 1, "rounds of kills, additions and removals in TestAbuseScaleSharedTopology (docs/SCALING.md: 10 for a long run)")
+
+// TestAbuseScaleSharedTopology is issue #14's whole deployment: the orders
+// job in three runners with ownership group and the independent payments
+// job in a runner of its own, writing other columns of the same table,
+// while orders and payments keep arriving. Each round (-shared-rounds, 1
+// here) SIGKILLs a seeded random owner instance and starts it again, adds
+// a new instance, stops another one for good (a removal: it leaves the
+// group after its final checkpoint and publish) and restarts the payments
+// job; after each step the live owners' tables together hold the exact
+// aggregates of both inputs, no user twice. Once all stopped, table scan
+// --all from the two job files (the owner log) holds them too, and the
+// owner log's epochs show no bucket applied by two owners at once
+// (CheckOwners).
+func TestAbuseScaleSharedTopology(t *testing.T) {
+	seed, orders := seededOrders(t)
+	brokers := orders.brokers
+	pays := &paymentFeed{t: t, brokers: brokers, topic: kafkatest.NewTopic(t, brokers, 3), rng: rand.New(rand.NewSource(seed + 1)), want: map[string][2]int64{}}
+	rng := orders.rng
+	feed := func(d time.Duration) {
+		for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+			orders.produce(10 + rng.Intn(40))
+			pays.produce(10 + pays.rng.Intn(40))
+			time.Sleep(time.Duration(10+rng.Intn(40)) * time.Millisecond)
+		}
+	}
+	orders.produce(200)
+	pays.produce(200)
+	s := sharedFiles(t, newOwnedScale(t, brokers, orders.topic, []string{syncWritesEnv + "=1"}), orders.topic, pays.topic)
+	for i := range 3 {
+		s.startOwner(i)
+	}
+	payDir := t.TempDir()
+	payments := s.startPayments(payDir)
+	kafkatest.WaitGroupShared(t, brokers, s.job+".owners", 3)
+	feed(time.Second)
+	s.waitExact(orders, pays, seed, "three owners and the payments job")
+
+	next := 3 // the next new instance's number
+	pick := func() int { live := s.live(); return live[rng.Intn(len(live))] }
+	for round := range *sharedRoundsFlag {
+		victim := pick()
+		feed(time.Duration(200+rng.Intn(800)) * time.Millisecond)
+		if err := s.runners[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		s.runners[victim].exitCode(t, 30*time.Second)
+		delete(s.runners, victim)
+		feed(time.Duration(200+rng.Intn(800)) * time.Millisecond)
+		s.startOwner(victim)
+		kafkatest.WaitGroupShared(t, brokers, s.job+".owners", len(s.runners))
+		s.waitExact(orders, pays, seed, fmt.Sprintf("round %d: instance %d killed and started again", round+1, victim))
+
+		s.startOwner(next)
+		next++
+		feed(time.Duration(200+rng.Intn(800)) * time.Millisecond)
+		kafkatest.WaitGroupShared(t, brokers, s.job+".owners", len(s.runners))
+		s.waitExact(orders, pays, seed, fmt.Sprintf("round %d: instance %d added", round+1, next-1))
+
+		gone := pick()
+		stopGracefully(t, s.runners[gone])
+		delete(s.runners, gone)
+		stopGracefully(t, payments)
+		feed(time.Duration(200+rng.Intn(800)) * time.Millisecond)
+		payments = s.startPayments(payDir)
+		kafkatest.WaitGroupShared(t, brokers, s.job+".owners", len(s.runners))
+		s.waitExact(orders, pays, seed, fmt.Sprintf("round %d: instance %d removed, the payments job restarted", round+1, gone))
+	}
+
+	stopGracefully(t, payments)
+	for _, i := range s.live() {
+		stopGracefully(t, s.runners[i])
+	}
+	out, stderr, code := runCLIErr(t, nil, "table", "scan", "--all", "--table", "totals", "-o", "json", "-f", s.owner, "-f", s.payments)
+	if code != 0 {
+		t.Fatalf("seed %d: table scan --all from the job files: exit %d: %s", seed, code, stderr)
+	}
+	if d := sharedDiff(jsonRows(t, out, "user"), orders, pays); d != "" {
+		t.Fatalf("seed %d: table scan --all from the job files: %s", seed, d)
+	}
+	if err := repartition.CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, s.repartition, 8, 7); err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	t.Logf("seed %d: %d rounds; %d orders, %d payment users", seed, *sharedRoundsFlag, orders.seq, len(pays.want))
 }
