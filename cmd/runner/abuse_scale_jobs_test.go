@@ -171,6 +171,38 @@ func (s *sharedJobs) waitExact(orders *orderFeed, pays *paymentFeed, seed int64,
 	s.t.Logf("%s: instances %v hold the exact aggregates of both jobs", what, s.live())
 }
 
+// feedBoth produces orders and payments at a seeded pace for d.
+func feedBoth(orders *orderFeed, pays *paymentFeed, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		orders.produce(10 + orders.rng.Intn(40))
+		pays.produce(10 + pays.rng.Intn(40))
+		time.Sleep(time.Duration(10+orders.rng.Intn(40)) * time.Millisecond)
+	}
+}
+
+// stopAndCheck stops the payments runner and every live owner gracefully;
+// then table scan --all from the two job files (the owner log) must hold
+// the exact aggregates of both inputs, and the owner log's epochs must
+// pass CheckOwners.
+func (s *sharedJobs) stopAndCheck(payments *child, orders *orderFeed, pays *paymentFeed, seed int64) {
+	t := s.t
+	t.Helper()
+	stopGracefully(t, payments)
+	for _, i := range s.live() {
+		stopGracefully(t, s.runners[i])
+	}
+	out, stderr, code := runCLIErr(t, nil, "table", "scan", "--all", "--table", "totals", "-o", "json", "-f", s.owner, "-f", s.payments)
+	if code != 0 {
+		t.Fatalf("seed %d: table scan --all from the job files: exit %d: %s", seed, code, stderr)
+	}
+	if d := sharedDiff(jsonRows(t, out, "user"), orders, pays); d != "" {
+		t.Fatalf("seed %d: table scan --all from the job files: %s", seed, d)
+	}
+	if err := repartition.CheckOwners(t.Context(), kafka.Connection{Brokers: s.brokers}, s.repartition, 8, 7); err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+}
+
 // TestAbuseScaleIndependentJobs runs two jobs on one table
 // (docs/SCALING.md, "Independent jobs on one table"): the orders job in two
 // runners with ownership group, and the payments job, writing other
@@ -185,13 +217,7 @@ func TestAbuseScaleIndependentJobs(t *testing.T) {
 	seed, orders := seededOrders(t)
 	brokers := orders.brokers
 	pays := &paymentFeed{t: t, brokers: brokers, topic: kafkatest.NewTopic(t, brokers, 3), rng: rand.New(rand.NewSource(seed + 1)), want: map[string][2]int64{}}
-	feed := func(d time.Duration) {
-		for deadline := time.Now().Add(d); time.Now().Before(deadline); {
-			orders.produce(10 + orders.rng.Intn(40))
-			pays.produce(10 + pays.rng.Intn(40))
-			time.Sleep(time.Duration(10+orders.rng.Intn(40)) * time.Millisecond)
-		}
-	}
+	feed := func(d time.Duration) { feedBoth(orders, pays, d) }
 	orders.produce(200)
 	pays.produce(200)
 	s := sharedFiles(t, newOwnedScale(t, brokers, orders.topic, []string{syncWritesEnv + "=1"}), orders.topic, pays.topic)
@@ -219,20 +245,7 @@ func TestAbuseScaleIndependentJobs(t *testing.T) {
 	kafkatest.WaitGroupShared(t, brokers, s.job+".owners", 2)
 	s.waitExact(orders, pays, seed, fmt.Sprintf("instance %d killed and started again, the payments job restarted", victim))
 
-	stopGracefully(t, payments)
-	for _, i := range s.live() {
-		stopGracefully(t, s.runners[i])
-	}
-	out, stderr, code := runCLIErr(t, nil, "table", "scan", "--all", "--table", "totals", "-o", "json", "-f", s.owner, "-f", s.payments)
-	if code != 0 {
-		t.Fatalf("seed %d: table scan --all from the job files: exit %d: %s", seed, code, stderr)
-	}
-	if d := sharedDiff(jsonRows(t, out, "user"), orders, pays); d != "" {
-		t.Fatalf("seed %d: table scan --all from the job files: %s", seed, d)
-	}
-	if err := repartition.CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, s.repartition, 8, 7); err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
-	}
+	s.stopAndCheck(payments, orders, pays, seed)
 	t.Logf("seed %d: %d orders, %d payment users", seed, orders.seq, len(pays.want))
 }
 
@@ -255,13 +268,7 @@ func TestAbuseScaleSharedTopology(t *testing.T) {
 	brokers := orders.brokers
 	pays := &paymentFeed{t: t, brokers: brokers, topic: kafkatest.NewTopic(t, brokers, 3), rng: rand.New(rand.NewSource(seed + 1)), want: map[string][2]int64{}}
 	rng := orders.rng
-	feed := func(d time.Duration) {
-		for deadline := time.Now().Add(d); time.Now().Before(deadline); {
-			orders.produce(10 + rng.Intn(40))
-			pays.produce(10 + pays.rng.Intn(40))
-			time.Sleep(time.Duration(10+rng.Intn(40)) * time.Millisecond)
-		}
-	}
+	feed := func(d time.Duration) { feedBoth(orders, pays, d) }
 	orders.produce(200)
 	pays.produce(200)
 	s := sharedFiles(t, newOwnedScale(t, brokers, orders.topic, []string{syncWritesEnv + "=1"}), orders.topic, pays.topic)
@@ -305,19 +312,6 @@ func TestAbuseScaleSharedTopology(t *testing.T) {
 		s.waitExact(orders, pays, seed, fmt.Sprintf("round %d: instance %d removed, the payments job restarted", round+1, gone))
 	}
 
-	stopGracefully(t, payments)
-	for _, i := range s.live() {
-		stopGracefully(t, s.runners[i])
-	}
-	out, stderr, code := runCLIErr(t, nil, "table", "scan", "--all", "--table", "totals", "-o", "json", "-f", s.owner, "-f", s.payments)
-	if code != 0 {
-		t.Fatalf("seed %d: table scan --all from the job files: exit %d: %s", seed, code, stderr)
-	}
-	if d := sharedDiff(jsonRows(t, out, "user"), orders, pays); d != "" {
-		t.Fatalf("seed %d: table scan --all from the job files: %s", seed, d)
-	}
-	if err := repartition.CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, s.repartition, 8, 7); err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
-	}
+	s.stopAndCheck(payments, orders, pays, seed)
 	t.Logf("seed %d: %d rounds; %d orders, %d payment users", seed, *sharedRoundsFlag, orders.seq, len(pays.want))
 }

@@ -8,7 +8,6 @@ import (
 	"math/rand"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -142,16 +141,7 @@ func runAbuseTS(t *testing.T, extra ...string) []string {
 	undone := 0
 	for k := range *killsFlag {
 		in.produce(200 + in.rng.Intn(300))
-		c := start(t, env, args...)
-		wait := time.Duration(500+in.rng.Intn(1500)) * time.Millisecond
-		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
-			in.produce(20 + in.rng.Intn(60))
-			time.Sleep(time.Duration(5+in.rng.Intn(20)) * time.Millisecond)
-		}
-		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		c.exitCode(t, 30*time.Second)
+		c, wait := runKilled(t, in.rng, in.produce, env, args)
 		undone += undoneKeys(c)
 		t.Logf("kill %d after %s (the undo at that run's start restored %d keys)", k+1, wait, undoneKeys(c))
 	}
