@@ -102,6 +102,24 @@ type probe struct {
 	ctx    *runtime.Context
 	last   int64
 	shared *probe
+	// beats counts, per subtask, the heartbeats (records not on time) at
+	// or after event time beatsFrom that reached it (in shared).
+	beats     map[int]int
+	beatsFrom atomic.Int64
+}
+
+// beatsSeen returns how many heartbeats at or after beatsFrom the
+// subtask that saw the fewest of the n saw.
+func (p *probe) beatsSeen(n int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	least := -1
+	for i := range n {
+		if c := p.beats[i]; least < 0 || c < least {
+			least = c
+		}
+	}
+	return least
 }
 
 func (p *probe) fail(format string, args ...any) {
@@ -118,6 +136,14 @@ func (p *probe) check(e operators.Event) {
 		p.fail("%s: watermark went back from %s to %s", p.ctx.Operator, watermark.Format(p.last), watermark.Format(w))
 	}
 	p.last = w
+	if from := p.shared.beatsFrom.Load(); e.Value == 0 && from > 0 && e.Time >= from {
+		p.shared.mu.Lock()
+		if p.shared.beats == nil {
+			p.shared.beats = map[int]int{}
+		}
+		p.shared.beats[p.ctx.Subtask]++
+		p.shared.mu.Unlock()
+	}
 	if e.Value == 1 && e.Time <= w {
 		p.fail("%s: on-time record at %d arrived behind watermark %s", p.ctx.Operator, e.Time, watermark.Format(w))
 	}
@@ -308,9 +334,19 @@ func TestWatermarkIdleInputAndReactivation(t *testing.T) {
 	// Behind, subtask 1 does not count: subtask 0 alone moves it.
 	f.chans[0] <- at(3000)
 	awaitTasks(t, j, "spread", -1, "at 2999 (subtask 1 still behind)", wmIs(2999))
-	// Caught up, it holds the watermark back again.
+	// Caught up, it holds the watermark back again, once every spread
+	// subtask has its watermark: a heartbeat of it (2 ms apart, after the
+	// 1 ms watermark polls) that reached each is behind it on the channel.
+	// Were subtask 0's 4999 there first, subtask 1's 3999 would come
+	// behind it and rightly not count.
+	p.beatsFrom.Store(4000)
 	f.chans[1] <- at(4000)
 	awaitTasks(t, j, "feed", 1, "at 3999", wmIs(3999))
+	for deadline := time.Now().Add(20 * time.Second); p.beatsSeen(3) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("subtask 1's heartbeats at 4000 reached the spread subtasks %d times at least, want 2", p.beatsSeen(3))
+		}
+	}
 	f.chans[0] <- at(5000)
 	awaitTasks(t, j, "feed", 0, "at 4999", wmIs(4999))
 	awaitTasks(t, j, "spread", -1, "at 3999 (the minimum again)", wmIs(3999))
