@@ -8,7 +8,6 @@ import (
 	"math/rand"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -266,24 +265,6 @@ type finalShape struct{ gap, every, retain time.Duration }
 // expired reports whether the window is deleted at the highest watermark.
 func (s finalShape) expired(in *finalInput, k finalWindow) bool {
 	return s.retain > 0 && k.end+int64(s.retain) <= in.highest()
-}
-
-// runKilled starts a runner with env and args, produces input with
-// produce(n) at a seeded pace for a seeded random while (0.3–1.8 s), then
-// kills it with SIGKILL; it returns the exited child and the while.
-func runKilled(t *testing.T, rng *rand.Rand, produce func(n int), env, args []string) (*child, time.Duration) {
-	t.Helper()
-	c := start(t, env, args...)
-	wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
-	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
-		produce(20 + rng.Intn(80))
-		time.Sleep(time.Duration(5+rng.Intn(20)) * time.Millisecond)
-	}
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	c.exitCode(t, 30*time.Second)
-	return c, wait
 }
 
 // runAbuseFinal runs the harness on job file, whose windows have shape.

@@ -55,18 +55,7 @@ func TestSIGKILL(t *testing.T) {
 	undone := 0 // keys restored by the undo at the start of each killed run
 	for k := range *killsFlag {
 		produce(200 + rng.Intn(500))
-		c := start(t, env, args...)
-		// input keeps arriving until the kill, so that the table holds
-		// writes past the last checkpoint for undo to take back
-		wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
-		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
-			produce(20 + rng.Intn(80))
-			time.Sleep(time.Duration(5+rng.Intn(20)) * time.Millisecond)
-		}
-		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		c.exitCode(t, 30*time.Second)
+		c, wait := runKilled(t, rng, produce, env, args)
 		undone += undoneKeys(c)
 		t.Logf("kill %d after %s (the undo at that run's start restored %d keys)", k+1, wait, undoneKeys(c))
 	}
@@ -92,6 +81,26 @@ func TestSIGKILL(t *testing.T) {
 		t.Fatalf("seed %d: %s", seed, d)
 	}
 	t.Logf("seed %d: undo restored %d keys over the runs", seed, undone)
+}
+
+// runKilled starts a runner with env and args, produces input with
+// produce(n) at a seeded pace for a seeded random while (0.3–1.8 s), then
+// kills it with SIGKILL; it returns the exited child and the while. The
+// input keeps arriving until the kill, so that the table holds writes past
+// the last checkpoint for undo to take back.
+func runKilled(t *testing.T, rng *rand.Rand, produce func(n int), env, args []string) (*child, time.Duration) {
+	t.Helper()
+	c := start(t, env, args...)
+	wait := time.Duration(300+rng.Intn(1500)) * time.Millisecond
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		produce(20 + rng.Intn(80))
+		time.Sleep(time.Duration(5+rng.Intn(20)) * time.Millisecond)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c.exitCode(t, 30*time.Second)
+	return c, wait
 }
 
 // orderFeed produces seeded orders to a topic of three partitions (40

@@ -202,10 +202,7 @@ func TestJobsShareTable(t *testing.T) {
 
 	// A handover in the middle: instance 1 is killed (no final
 	// checkpoint), the other job's stage 1 restarted.
-	ds[1].stop1()
-	<-ds[1].done1
-	ds[1].kill()
-	<-ds[1].done2
+	ds[1].crash()
 	ds = ds[:1]
 	other.end(t)
 	produce(100)
