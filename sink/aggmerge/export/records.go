@@ -8,6 +8,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/operators/kafka/changelogfmt"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
 // encoder turns changes into Kafka records of one format. It hands out
@@ -166,4 +167,62 @@ func header(r *kgo.Record, name string) []byte {
 func uintHeader(r *kgo.Record, name string) (uint64, bool) {
 	v, err := strconv.ParseUint(string(header(r, name)), 10, 64)
 	return v, err == nil
+}
+
+// Encoder writes committed changes of a table's rows as changelog records,
+// for a publisher other than the Exporter: the bucket owners of a scaled
+// table with dynamic ownership commit them in their owner log's
+// transactions (package repartition). The records are those the Exporter
+// writes, every header included.
+type Encoder struct{ enc encoder }
+
+// EncoderConfig says what an Encoder writes.
+type EncoderConfig struct {
+	Schema          aggmerge.Schema
+	Table           string // the table's name (HeaderTable)
+	TableID         string // the identity of the table the changes are read from (HeaderTableID)
+	TransactionalID string // of the producer of the records (HeaderTransactionalID)
+	Topic           string
+	Format          Format           // UpsertJSON when empty
+	Now             func() time.Time // Debezium's ts_ms (time.Now when nil)
+}
+
+// NewEncoder returns the encoder of cfg.
+func NewEncoder(cfg EncoderConfig) (*Encoder, error) {
+	if cfg.Format == "" {
+		cfg.Format = UpsertJSON
+	}
+	codec, err := cfg.Format.codec()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Encoder{enc: encoder{schema: cfg.Schema, table: cfg.Table, id: cfg.TableID, txnID: cfg.TransactionalID,
+		codec: codec, topic: cfg.Topic, now: cfg.Now}}, nil
+}
+
+// RowChange is a committed change of a row, as a consumer sees it: Before
+// nil is an insert, After nil a delete.
+type RowChange struct {
+	Key, Before, After []agg.Value
+	// Offset is the table log offset of the row's last change, Checkpoint
+	// the checkpoint that committed it.
+	Offset, Checkpoint uint64
+}
+
+// Append appends to dst the records of c, a change of a row of bucket (the
+// topic's partition): one, or two for a Debezium delete. Their bytes are
+// never reused.
+func (e *Encoder) Append(dst []*kgo.Record, bucket int, c RowChange) []*kgo.Record {
+	ch := change{op: aggmerge.UpdateAfter, offset: c.Offset, key: c.Key, before: c.Before, after: c.After,
+		checkpoint: c.Checkpoint, resume: c.Offset}
+	switch {
+	case c.Before == nil:
+		ch.op = aggmerge.Insert
+	case c.After == nil:
+		ch.op = aggmerge.Delete
+	}
+	return e.enc.records(dst, bucket, &ch)
 }

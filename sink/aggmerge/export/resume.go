@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -23,28 +24,43 @@ var (
 // one per bucket; the versions topic: one) and configuration, or checks
 // the partition count of an existing one.
 func (x *Exporter) ensureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int, config map[string]*string) error {
-	details, err := adm.ListTopics(ctx, topic)
+	return EnsureTopic(ctx, adm, Topic{Name: topic, Partitions: partitions, Replication: x.cfg.Replication, Config: config, Table: x.cfg.Name}, x.log)
+}
+
+// Topic is a topic a table's changelog needs.
+type Topic struct {
+	Name        string
+	Partitions  int
+	Replication int16              // of a created topic (-1: the broker's default)
+	Config      map[string]*string // of a created topic
+	Table       string             // the table it is for, named in errors
+}
+
+// EnsureTopic creates the topic t when absent and waits until it can be
+// used, or checks the partition count of an existing one (ErrPartitions).
+func EnsureTopic(ctx context.Context, adm *kadm.Client, t Topic, log *slog.Logger) error {
+	details, err := adm.ListTopics(ctx, t.Name)
 	if err != nil {
-		return fmt.Errorf("describe topic %q: %w", topic, err)
+		return fmt.Errorf("describe topic %q: %w", t.Name, err)
 	}
-	if d, ok := details[topic]; ok && d.Err == nil {
-		if len(d.Partitions) != partitions {
-			return fmt.Errorf("%w: topic %q has %d partitions, table %q needs %d", ErrPartitions, topic, len(d.Partitions), x.cfg.Name, partitions)
+	if d, ok := details[t.Name]; ok && d.Err == nil {
+		if len(d.Partitions) != t.Partitions {
+			return fmt.Errorf("%w: topic %q has %d partitions, table %q needs %d", ErrPartitions, t.Name, len(d.Partitions), t.Table, t.Partitions)
 		}
 		return nil
 	}
-	resp, err := adm.CreateTopic(ctx, int32(partitions), x.cfg.Replication, config, topic)
+	resp, err := adm.CreateTopic(ctx, int32(t.Partitions), t.Replication, t.Config, t.Name)
 	if err == nil {
 		err = resp.Err
 	}
 	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return x.ensureTopic(ctx, adm, topic, partitions, config) // created concurrently: check it
+		return EnsureTopic(ctx, adm, t, log) // created concurrently: check it
 	}
 	if err != nil {
-		return fmt.Errorf("create topic %q with %d partitions: %w", topic, partitions, err)
+		return fmt.Errorf("create topic %q with %d partitions: %w", t.Name, t.Partitions, err)
 	}
-	x.log.Info("topic created", "created", topic, "partitions", partitions)
-	return awaitTopic(ctx, adm, topic)
+	log.Info("topic created", "created", t.Name, "partitions", t.Partitions)
+	return awaitTopic(ctx, adm, t.Name)
 }
 
 // topicReadyTimeout bounds the wait for a topic just created.
