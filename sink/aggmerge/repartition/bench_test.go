@@ -48,7 +48,7 @@ func BenchmarkRebuild(b *testing.B) {
 		rows = append(rows, &kgo.Record{Key: key, Value: v})
 	}
 	for i := 0; i < len(rows); i += 10_000 {
-		off, err := h.commit(ctx, rows[i:i+10_000], Seal{Owner: h.cfg.Owner, Epoch: h.Epoch, BasedOn: h.last, Resume: int64(i), Checkpoint: uint64(i + 1), Table: src.ID()})
+		off, err := h.commit(ctx, rows[i:i+10_000], nil, Seal{Owner: h.cfg.Owner, Epoch: h.Epoch, BasedOn: h.last, Resume: int64(i), Checkpoint: uint64(i + 1), Table: src.ID()})
 		if err != nil {
 			b.Fatal(err)
 		}

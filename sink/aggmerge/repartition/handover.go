@@ -181,7 +181,7 @@ func (h *Handover) take(ctx context.Context, conn []kgo.Opt, topic string, table
 	// 4. Claim the next epoch, based on the last seal.
 	h.Epoch, h.Resume = last.Epoch+1, last.Resume
 	claim := Seal{Owner: h.cfg.Owner, Epoch: h.Epoch, Claim: true, BasedOn: chain.last, Resume: h.Resume, Table: table.ID(), LogTo: h.From}
-	off, err := h.commit(ctx, nil, claim)
+	off, err := h.commit(ctx, nil, nil, claim)
 	if err != nil {
 		return fmt.Errorf("claim epoch %d: %w", h.Epoch, err)
 	}
@@ -388,9 +388,10 @@ func changedSince(table *aggmerge.Table, bucket int, from uint64) (bool, error) 
 
 var errStopRead = errors.New("stop reading")
 
-// commit writes rows and then seal to the owner log in one transaction
-// and returns the seal's offset.
-func (h *Handover) commit(ctx context.Context, rows []*kgo.Record, seal Seal) (int64, error) {
+// commit writes rows and then seal to the owner log, and changes (records
+// of the changelog topic's partition of the bucket, nil: none), in one
+// transaction and returns the seal's offset.
+func (h *Handover) commit(ctx context.Context, rows, changes []*kgo.Record, seal Seal) (int64, error) {
 	if err := h.cl.BeginTransaction(); err != nil {
 		return 0, err
 	}
@@ -405,13 +406,16 @@ func (h *Handover) commit(ctx context.Context, rows []*kgo.Record, seal Seal) (i
 		if err != nil && produced == nil {
 			produced = err
 		}
-		if r.Key == nil {
+		if r.Key == nil { // the seal: every other record has a key
 			off = r.Offset
 		}
 	}
 	topic := OwnerLogTopic(h.cfg.Topic)
 	for _, r := range rows {
 		r.Topic, r.Partition = topic, h.Partition
+		h.cl.Produce(ctx, r, done)
+	}
+	for _, r := range changes {
 		h.cl.Produce(ctx, r, done)
 	}
 	h.cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: h.Partition, Value: appendSeal(nil, seal)}, done)

@@ -116,6 +116,7 @@ func TestHandoverRebuild(t *testing.T) {
 	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, 2); err != nil {
 		t.Fatal(err)
 	}
+	checkChangelog(t, brokers, topic, want)
 }
 
 func freshTable(t testing.TB) *aggmerge.Table {
@@ -138,7 +139,7 @@ func sealRow(ctx context.Context, h *Handover, table *aggmerge.Table, user strin
 	if err != nil {
 		return err
 	}
-	off, err := h.commit(ctx, []*kgo.Record{{Key: key, Value: v}},
+	off, err := h.commit(ctx, []*kgo.Record{{Key: key, Value: v}}, nil,
 		Seal{Owner: h.cfg.Owner, Epoch: h.Epoch, BasedOn: h.last, Resume: h.Resume + 1, Checkpoint: 1, Table: table.ID()})
 	if err == nil {
 		h.last = off
@@ -336,6 +337,7 @@ func TestHandoverRestartSameOwner(t *testing.T) {
 	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, 2); err != nil {
 		t.Fatal(err)
 	}
+	checkChangelog(t, brokers, topic, want)
 }
 
 // uncommitted tells whether some bucket's log ends with a change, not a
@@ -394,4 +396,17 @@ func undone(t *testing.T, table *aggmerge.Table, dir string) int {
 		}
 	}
 	return n
+}
+
+// checkChangelog fails unless the changelog the Publishers wrote replays
+// to want, each before-image the row replayed so far (changelogRows).
+func checkChangelog(t *testing.T, brokers []string, topic string, want totals) {
+	t.Helper()
+	logged := totals{}
+	for user, v := range changelogRows(t, brokers, topic, "total", "top") {
+		logged[user] = [2]int64{v[0], v[1]}
+	}
+	if d := diff(logged, want); d != "" {
+		t.Fatalf("the changelog: %s", d)
+	}
 }

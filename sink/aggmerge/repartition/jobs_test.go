@@ -237,6 +237,13 @@ func TestJobsShareTable(t *testing.T) {
 	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, len(sharedSchema().Values)); err != nil {
 		t.Fatal(err)
 	}
+	logged := shared{}
+	for user, v := range changelogRows(t, brokers, topic, "total", "top", "spent") {
+		logged[user] = [3]int64{v[0], v[1], v[2]}
+	}
+	if d := diff(logged, want); d != "" {
+		t.Fatalf("the changelog after the stop: %s", d)
+	}
 }
 
 // TestJobsShareTableBite: stage 2 refuses a row whose job does not own its
@@ -373,7 +380,7 @@ func TestJobsShareTableBite(t *testing.T) {
 // every marker has no image.
 func TestPublisherCutsPerWriter(t *testing.T) {
 	table, router := openSharedTable(t, t.TempDir(), nil)
-	pb, err := NewPublisher(&Handover{}, table, kafka.NewPositions(), router.Groups())
+	pb, err := NewPublisher(&Handover{}, table, kafka.NewPositions(), router.Groups(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

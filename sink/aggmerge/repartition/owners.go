@@ -15,6 +15,7 @@ import (
 
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
 // Stage2 is one incarnation of a scaled job's stage 2: a job reading the
@@ -48,6 +49,11 @@ type OwnersConfig struct {
 	// Writers are stage 2's exactly-once writers (Router.Groups): a
 	// checkpoint is published once each marked it.
 	Writers []WriterGroup
+	// Changelog, if set, is the table's changelog: each bucket's Publisher
+	// writes it in its owner-log transactions, so it moves with the bucket
+	// (on the repartition topic's cluster; created with one partition per
+	// bucket, compacted, when absent).
+	Changelog *Changelog
 	// Logger and Metrics, if set, receive what the handovers do.
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -249,8 +255,16 @@ func (o *Owners) ensureTopic(ctx context.Context, conn []kgo.Opt) error {
 		return fmt.Errorf("owners: %w", err)
 	}
 	defer cl.Close()
-	if err := ensureTopic(ctx, kadm.NewClient(cl), o.cfg.Owner.Topic, o.cfg.Table.Schema().Buckets); err != nil {
+	adm, buckets := kadm.NewClient(cl), o.cfg.Table.Schema().Buckets
+	if err := ensureTopic(ctx, adm, o.cfg.Owner.Topic, buckets); err != nil {
 		return fmt.Errorf("owners: %w", err)
+	}
+	if c := o.cfg.Changelog; c != nil {
+		compact := "compact" // both formats write a tombstone per delete
+		t := export.Topic{Name: c.Topic, Partitions: buckets, Replication: -1, Config: map[string]*string{"cleanup.policy": &compact}, Table: c.Table}
+		if err := export.EnsureTopic(ctx, adm, t, o.log); err != nil {
+			return fmt.Errorf("owners: changelog: %w", err)
+		}
 	}
 	return nil
 }
@@ -346,7 +360,7 @@ func (o *Owners) incarnation(ctx context.Context, settle bool, owned []int32) er
 	}
 	pubs := make([]*Publisher, len(hs))
 	for i, h := range hs {
-		if pubs[i], err = NewPublisher(h, cfg.Table, positions, cfg.Writers); err != nil {
+		if pubs[i], err = NewPublisher(h, cfg.Table, positions, cfg.Writers, cfg.Changelog); err != nil {
 			return fmt.Errorf("owners: %w", err)
 		}
 	}

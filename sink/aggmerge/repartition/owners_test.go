@@ -11,6 +11,7 @@ import (
 	"github.com/ebbflow/ebbflow/internal/kafkatest"
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
 // dynamic is an instance of the scaled job with dynamic ownership: stage 1
@@ -129,6 +130,7 @@ func TestOwnersRebalance(t *testing.T) {
 	if err := CheckOwners(t.Context(), kafka.Connection{Brokers: brokers}, topic, scaleBuckets, 2); err != nil {
 		t.Fatal(err)
 	}
+	checkChangelog(t, brokers, topic, want)
 }
 
 // waitOwned waits until the instances own every partition between them,
@@ -223,7 +225,7 @@ func ended(t *testing.T, ds []*dynamic) {
 // the group <topic>-owners assigns (session timeout 6s).
 func ownersConfig(brokers []string, topic string, i int, dir string, table *aggmerge.Table, router *Router) OwnersConfig {
 	return OwnersConfig{Owner: ownerConfig(brokers, topic, i), Table: table, Group: topic + "-owners",
-		SessionTimeout: 6 * time.Second, Writers: router.Groups(),
+		SessionTimeout: 6 * time.Second, Writers: router.Groups(), Changelog: testChangelog(topic),
 		Stage2: func(owned []int32, resume map[int32]int64, pos *kafka.Positions) (Stage2, error) {
 			src, err := NewSource(SourceConfig{Kafka: kafka.Connection{Brokers: brokers}, Topic: topic, Owned: owned,
 				Resume: resume, ResumeOnRestore: true, Positions: pos}, router)
@@ -232,4 +234,31 @@ func ownersConfig(brokers []string, topic string, i int, dir string, table *aggm
 			}
 			return newStage2(dir, src, router)
 		}}
+}
+
+// testChangelog is the table's changelog of the dynamic-ownership tests:
+// their Publishers write it in the owner log's transactions.
+func testChangelog(topic string) *Changelog {
+	return &Changelog{Table: "totals", Topic: topic + "-changelog", Format: export.DebeziumJSON}
+}
+
+// changelogRows replays the changelog of the tests' table (testChangelog)
+// to its end, read_committed, checking each change's before-image against
+// the row replayed so far (kafkatest.ReplayChecked: the Publishers' images
+// must never show a value that was not the committed one), and returns
+// each user's value columns (0 for a null).
+func changelogRows(t *testing.T, brokers []string, topic string, columns ...string) map[string][]int64 {
+	t.Helper()
+	recs := kafkatest.ConsumeStable(t, brokers, testChangelog(topic).Topic)
+	got := map[string][]int64{}
+	for _, row := range kafkatest.ReplayChecked(t, recs) {
+		vals := make([]int64, len(columns))
+		for i, name := range columns {
+			n, _ := row[name].(float64)
+			vals[i] = int64(n)
+		}
+		got[row["user"].(string)] = vals
+	}
+	t.Logf("the changelog holds %d changes of %d users", len(recs), len(got))
+	return got
 }

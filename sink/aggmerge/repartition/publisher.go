@@ -15,6 +15,7 @@ import (
 	"github.com/ebbflow/ebbflow/operators/kafka"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 )
 
 // finalPublish bounds the last round of a stopping Publisher.
@@ -50,6 +51,11 @@ type WriterGroup struct {
 // which is the row as of the checkpoint, as every change of a writer's
 // columns is that writer's. The seal's LogTo is the lowest of the markers:
 // past it the table may hold changes of the next checkpoint.
+//
+// With a Changelog, the same transaction also writes, to the changelog
+// topic's partition of the bucket, each row changed since the previous
+// seal as a change from its image then to its image now: the changelog
+// moves with the bucket, exactly once, fenced as the owner log is.
 type Publisher struct {
 	h         *Handover
 	table     *aggmerge.Table
@@ -61,6 +67,20 @@ type Publisher struct {
 	marks     map[uint64]map[string]uint64 // checkpoint → writer group → marker's To
 	resume    int64                        // the Resume of the last seal
 	published int                          // rows published
+	changelog *export.Encoder              // nil: no changelog
+	// prevCuts and prevHi are the cuts of the last seal (at first the
+	// handover's From): a row's image there is its changelog before-image.
+	prevCuts map[string]uint64
+	prevHi   uint64
+}
+
+// Changelog is the changelog topic of a table with dynamic ownership
+// (docs/SCALING.md): one partition per bucket, written by the bucket's
+// Publisher in its owner-log transactions.
+type Changelog struct {
+	Table  string // the table's name, in the records' headers
+	Topic  string
+	Format export.Format // UpsertJSON when empty
 }
 
 // change is a change of a row of the bucket not yet published, by a
@@ -69,15 +89,17 @@ type change struct {
 	offset        uint64
 	group         string
 	key           []byte
+	keyVals       []agg.Value // the key decoded
 	before, after []agg.Value // nil: no row
 }
 
 // NewPublisher returns the publisher of a taken-over partition of table,
 // whose stage-2 source records its positions in positions and whose
-// writers are writers.
-func NewPublisher(h *Handover, table *aggmerge.Table, positions *kafka.Positions, writers []WriterGroup) (*Publisher, error) {
+// writers are writers; with changelog (nil: none) it also writes the
+// table's changelog of the bucket.
+func NewPublisher(h *Handover, table *aggmerge.Table, positions *kafka.Positions, writers []WriterGroup, changelog *Changelog) (*Publisher, error) {
 	pb := &Publisher{h: h, table: table, positions: positions, next: h.From, resume: h.Resume,
-		groups: map[string][]int{}, marks: map[uint64]map[string]uint64{}}
+		groups: map[string][]int{}, marks: map[uint64]map[string]uint64{}, prevCuts: map[string]uint64{}, prevHi: h.From}
 	sch := table.Schema()
 	written := make([]bool, len(sch.Values))
 	for _, w := range writers {
@@ -110,6 +132,17 @@ func NewPublisher(h *Handover, table *aggmerge.Table, positions *kafka.Positions
 		if !w {
 			pb.rest = append(pb.rest, i)
 		}
+	}
+	for g := range pb.groups {
+		pb.prevCuts[g] = h.From
+	}
+	if changelog != nil {
+		enc, err := export.NewEncoder(export.EncoderConfig{Schema: sch, Table: changelog.Table, TableID: table.ID().String(),
+			TransactionalID: h.cfg.transactionalID(h.Partition), Topic: changelog.Topic, Format: changelog.Format})
+		if err != nil {
+			return nil, fmt.Errorf("publisher of partition %d: changelog: %w", h.Partition, err)
+		}
+		pb.changelog = enc
 	}
 	return pb, nil
 }
@@ -158,7 +191,7 @@ func (pb *Publisher) round(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			c := change{offset: e.Offset, group: group, key: key, after: e.After}
+			c := change{offset: e.Offset, group: group, key: key, keyVals: e.Key, after: e.After}
 			if e.Op != aggmerge.Insert {
 				c.before = e.Before
 			}
@@ -180,10 +213,7 @@ func (pb *Publisher) round(ctx context.Context) error {
 	}
 	// A marker's range is of entries before it, so handling the markers
 	// after the read is the same as handling each where it was read.
-	for _, e := range rollbacks {
-		group, _ := base.GroupOf(e.Writer.ID)
-		pb.drop(group, e.Marker.From, e.Marker.To)
-	}
+	pb.drop(rollbacks)
 	for _, cp := range slices.Sorted(maps.Keys(pb.marks)) {
 		cuts := pb.marks[cp]
 		if len(cuts) < len(pb.groups) {
@@ -201,11 +231,61 @@ func (pb *Publisher) round(ctx context.Context) error {
 	return nil
 }
 
-// drop forgets the pending changes of group in [from, to): rolled back.
-func (pb *Publisher) drop(group string, from, to uint64) {
-	pb.pending = slices.DeleteFunc(pb.pending, func(c change) bool {
-		return c.group == group && c.offset >= from && c.offset < to
-	})
+// drop forgets the pending changes that rollbacks (rollback markers)
+// rolled back. A row whose first pending change was rolled back gets that
+// change's before-image as the before-image of its first change kept: the
+// row as it was before the rolled-back range (the kept change's own
+// before-image holds the values undone, and an image at a cut before it,
+// the owner log's or the changelog's before-image, is read from there).
+// The later kept changes' images may still hold undone values in the
+// columns of a rolled-back writer, but never where rowAt takes that
+// writer's columns: its cuts are before its range or after its undo.
+func (pb *Publisher) drop(rollbacks []aggmerge.Entry) {
+	if len(rollbacks) == 0 {
+		return
+	}
+	type rolled struct {
+		group    string
+		from, to uint64
+	}
+	ranges := make([]rolled, len(rollbacks))
+	for i, e := range rollbacks {
+		group, _ := base.GroupOf(e.Writer.ID)
+		ranges[i] = rolled{group, e.Marker.From, e.Marker.To}
+	}
+	isRolled := func(c *change) bool {
+		for _, r := range ranges {
+			if c.group == r.group && c.offset >= r.from && c.offset < r.to {
+				return true
+			}
+		}
+		return false
+	}
+	// first is, per row, whether its first pending change was rolled back
+	// (and no change of it is kept yet), with that change's before-image.
+	type firstChange struct {
+		rolled bool
+		before []agg.Value
+	}
+	first := map[string]firstChange{}
+	kept := pb.pending[:0]
+	for _, c := range pb.pending {
+		k := string(c.key)
+		f, seen := first[k]
+		if isRolled(&c) {
+			if !seen {
+				first[k] = firstChange{rolled: true, before: c.before}
+			}
+			continue
+		}
+		if f.rolled {
+			c.before = f.before
+		}
+		first[k] = firstChange{}
+		kept = append(kept, c)
+	}
+	clear(pb.pending[len(kept):])
+	pb.pending = kept
 }
 
 // publish commits the images of the rows changed below the cuts (each
@@ -237,24 +317,57 @@ func (pb *Publisher) publish(ctx context.Context, cp uint64, cuts map[string]uin
 		return nil
 	}
 	rows := make([]*kgo.Record, 0, len(keys))
+	var changes []*kgo.Record
 	for _, k := range keys {
-		v, err := appendImage(nil, pb.h.Epoch, pb.image(byKey[k], cuts, hi))
+		after := pb.image(byKey[k], cuts, hi)
+		v, err := appendImage(nil, pb.h.Epoch, after)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, &kgo.Record{Key: []byte(k), Value: v})
+		if pb.changelog != nil {
+			changes = pb.appendChange(changes, byKey[k], after, hi, cp)
+		}
 	}
 	seal := Seal{Owner: pb.h.cfg.Owner, Epoch: pb.h.Epoch, BasedOn: pb.h.last, Resume: resume,
 		Checkpoint: cp, Table: pb.table.ID(), LogTo: lo}
-	off, err := pb.h.commit(ctx, rows, seal)
+	off, err := pb.h.commit(ctx, rows, changes, seal)
 	if err != nil {
 		return err
 	}
 	pb.h.last, pb.resume, pb.published = off, resume, pb.published+len(rows)
+	pb.prevCuts, pb.prevHi = cuts, hi
 	// A change below every cut is published; one at or past the lowest is
 	// kept: it may be of a later checkpoint for some writer.
 	pb.pending = slices.DeleteFunc(pb.pending, func(c change) bool { return c.offset < lo })
 	return pb.table.Hold(PublisherHold, map[int]uint64{int(pb.h.Partition): lo})
+}
+
+// appendChange appends to dst the changelog records of a row changed below
+// hi (its pending changes, in log order), from its image at the previous
+// seal to after, its image now; none when the two are alike (a row whose
+// change was published with the previous seal's image, kept pending for
+// another writer's cut).
+func (pb *Publisher) appendChange(dst []*kgo.Record, changes []int, after []agg.Value, hi, cp uint64) []*kgo.Record {
+	before := pb.image(changes, pb.prevCuts, pb.prevHi)
+	if sameImage(before, after) {
+		return dst
+	}
+	c := export.RowChange{Key: pb.pending[changes[0]].keyVals, Before: before, After: after, Checkpoint: cp}
+	for _, i := range changes {
+		if pb.pending[i].offset < hi {
+			c.Offset = pb.pending[i].offset
+		}
+	}
+	return pb.changelog.Append(dst, int(pb.h.Partition), c)
+}
+
+// sameImage reports whether two row images (nil: no row) are alike.
+func sameImage(a, b []agg.Value) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return slices.EqualFunc(a, b, agg.Value.Equal)
 }
 
 // image returns a row's values as of the cuts, from its pending changes

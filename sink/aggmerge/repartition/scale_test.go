@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 )
 
@@ -150,8 +152,12 @@ func start(t *testing.T, brokers []string, input, topic string, i, n int, dir st
 	if failover {
 		ctxPub, stopPub := context.WithCancel(ctx)
 		in.stopPub, in.donePub = stopPub, make(chan error, len(in.handovers))
+		cl := export.Topic{Name: testChangelog(topic).Topic, Partitions: scaleBuckets, Replication: -1, Table: "totals"}
+		if err := export.EnsureTopic(ctx, kafkatest.Admin(t, brokers), cl, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err) // as Owners.Run makes it
+		}
 		for _, h := range in.handovers {
-			pb, err := NewPublisher(h, table, scfg.Positions, router.Groups())
+			pb, err := NewPublisher(h, table, scfg.Positions, router.Groups(), testChangelog(topic))
 			if err != nil {
 				t.Fatal(err)
 			}
