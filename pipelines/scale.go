@@ -126,10 +126,13 @@ func (v *validator) scale() {
 		v.fail("sink", "%s, not %d sinks", sinkWhy, len(v.spec.Sinks))
 	} else if t := v.spec.Sinks[0].Table; t != nil {
 		path := v.elem("sink", 0) + ".table"
-		if cl := t.Changelog; cl != nil && sc.Ownership == OwnershipGroup {
-			v.fail(path+".changelog", "%s: not with ownership group yet (an instance's changelog partitions would move with its buckets); "+
-				"read the whole table with table scan --all, from the owner log", sinkWhy)
-		} else if cl != nil && cl.Mode != "committed" {
+		if cl := t.Changelog; cl != nil && sc.Ownership == OwnershipGroup && len(v.spec.Sources) == 1 {
+			if k := v.spec.Sources[0].Kafka; k != nil && !cl.sameCluster(&k.Connection) {
+				v.fail(path+".changelog.brokers", "%s: with ownership group the bucket owners write it in their owner log's transactions, "+
+					"so on the source's cluster (%s), not %s", sinkWhy, k.Cluster(), cl.Cluster())
+			}
+		}
+		if cl := t.Changelog; cl != nil && cl.Mode != "committed" {
 			v.fail(path+".changelog.mode", "%s: mode %s publishes no versions, and the whole table is read from the instances' versions (table scan --all)", sinkWhy, cl.Mode)
 		}
 		if t.Window != nil {

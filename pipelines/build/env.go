@@ -195,6 +195,11 @@ func (e *Env) OpenTables(ps []*pipelines.Pipeline) error {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
 		cl := changelogs[name]
+		if cl != nil && cl.scale != nil && cl.scale.Ownership == pipelines.OwnershipGroup {
+			// The bucket owners' Publishers write it (Env.dynamic): the
+			// table holds the buckets owned now, its log no exporter's.
+			cl = nil
+		}
 		if cl == nil {
 			// A changelog removed from the job must not keep the log.
 			for _, h := range exporterHolds {

@@ -19,6 +19,7 @@ import (
 	"github.com/ebbflow/ebbflow/pipelines"
 	"github.com/ebbflow/ebbflow/runtime"
 	"github.com/ebbflow/ebbflow/sink/aggmerge"
+	"github.com/ebbflow/ebbflow/sink/aggmerge/export"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/repartition"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/writer"
 	"github.com/ebbflow/ebbflow/state"
@@ -242,10 +243,18 @@ func (e *Env) dynamic(j *Job, conn kafka.Connection, router *repartition.Router,
 	if e.opts.UnsafeOwnerLogIDPerInstance {
 		owner.TransactionalID = fmt.Sprintf("%s-owner-i%d", topic, sc.Instance)
 	}
+	var changelog *repartition.Changelog
+	if cl := p.Tables[0].Spec.Changelog; cl != nil {
+		// On the source's cluster (validated): written in the owner
+		// log's transactions.
+		changelog = &repartition.Changelog{Table: p.Tables[0].Spec.Name, Topic: cl.Topic, Format: export.Format(cl.Format)}
+		e.log.Info("changelog written by the bucket owners", "table", changelog.Table, "topic", cl.Topic, "format", cl.Format)
+	}
 	d.owners = repartition.NewOwners(repartition.OwnersConfig{
 		Owner: owner,
 		Table: table, Group: p.Spec.Job.Name + ".owners", SessionTimeout: sc.SessionTimeout.Std(), Writers: router.Groups(),
-		Stage2: stage2, Logger: e.log.With("job", p.Spec.Job.Name, "stage", 2), Metrics: metrics})
+		Changelog: changelog,
+		Stage2:    stage2, Logger: e.log.With("job", p.Spec.Job.Name, "stage", 2), Metrics: metrics})
 	j.dyn = d
 	j.scale.owned = d.owners.Owned
 	return nil
