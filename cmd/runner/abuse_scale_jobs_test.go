@@ -43,7 +43,7 @@ func (f *paymentFeed) produce(n int) {
 }
 
 // sharedJobs is the orders job scaled with ownership group (the owner of
-// table totals) and an independent payments job writing its columns paid
+// table totals, its changelog written by the bucket owners) and an independent payments job writing its columns paid
 // and payments through the owner's repartition topic (job.scale.owner),
 // from job files of their own: the owner's runners load both files, the
 // payments job's runner its own.
@@ -51,6 +51,9 @@ type sharedJobs struct {
 	*ownedScale
 	owner, payments string // the job files
 }
+
+// changelog is the topic of the owner job's table changelog.
+func (o *ownedScale) changelog() string { return o.repartition + ".changelog" }
 
 // sharedFiles writes the two job files into a temporary folder.
 func sharedFiles(t *testing.T, o *ownedScale, orders, payments string) *sharedJobs {
@@ -64,7 +67,10 @@ func sharedFiles(t *testing.T, o *ownedScale, orders, payments string) *sharedJo
 		"job: {name: orders, parallelism: 2}",
 		fmt.Sprintf("job: {name: %s, parallelism: 2, scale: {mode: kafka, ownership: group, instance: 0, repartition_topic: %s, session_timeout: 6s}}", o.job, o.repartition),
 		`["${KAFKA_BROKERS:-embedded}"]`, brokers,
-		`["${ORDERS_TOPIC:-orders}"]`, "["+orders+"]").Replace(string(base))
+		`["${ORDERS_TOPIC:-orders}"]`, "["+orders+"]",
+		"      last:   {agg: last_value, from: seq}\n",
+		fmt.Sprintf("      last:   {agg: last_value, from: seq}\n    changelog: {topic: %s, format: debezium-json}\n", o.changelog()),
+	).Replace(string(base))
 	paymentsYAML := fmt.Sprintf(`job:
   name: %s-payments
   scale: {mode: kafka, owner: %s, repartition_topic: %s, session_timeout: 6s}
@@ -181,7 +187,8 @@ func feedBoth(orders *orderFeed, pays *paymentFeed, d time.Duration) {
 }
 
 // stopAndCheck stops the payments runner and every live owner gracefully;
-// then table scan --all from the two job files (the owner log) must hold
+// then table scan --all from the two job files (the owner log) and the
+// committed changelog, replayed with each before-image checked, must hold
 // the exact aggregates of both inputs, and the owner log's epochs must
 // pass CheckOwners.
 func (s *sharedJobs) stopAndCheck(payments *child, orders *orderFeed, pays *paymentFeed, seed int64) {
@@ -201,6 +208,15 @@ func (s *sharedJobs) stopAndCheck(payments *child, orders *orderFeed, pays *paym
 	if err := repartition.CheckOwners(t.Context(), kafka.Connection{Brokers: s.brokers}, s.repartition, 8, 7); err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
+	recs := kafkatest.ConsumeStable(t, s.brokers, s.changelog())
+	logged := map[string]map[string]any{}
+	for _, row := range kafkatest.ReplayChecked(t, recs) {
+		logged[fmt.Sprint(row["user"])] = row
+	}
+	if d := sharedDiff(logged, orders, pays); d != "" {
+		t.Fatalf("seed %d: the committed changelog (%d records): %s", seed, len(recs), d)
+	}
+	t.Logf("the committed changelog: %d records, %d users", len(recs), len(logged))
 }
 
 // TestAbuseScaleIndependentJobs runs two jobs on one table

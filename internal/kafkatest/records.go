@@ -1,6 +1,7 @@
 package kafkatest
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"reflect"
@@ -138,7 +139,7 @@ func Replay(t testing.TB, recs []*kgo.Record, ends []int64, debezium bool) map[s
 // replayed so far: a "c" must find no row of its key, a "u" or "d" must
 // carry that row as its "before". A changelog that shows a value which was
 // never its row's (an undone write, a change published twice or lost)
-// fails the test, naming the record.
+// fails the test, naming the record. Numbers are json.Numbers.
 func ReplayChecked(t testing.TB, recs []*kgo.Record) map[string]map[string]any {
 	t.Helper()
 	rows := map[string]map[string]any{}
@@ -150,7 +151,9 @@ func ReplayChecked(t testing.TB, recs []*kgo.Record) map[string]map[string]any {
 			Op            string
 			Before, After map[string]any
 		}
-		if err := json.Unmarshal(r.Value, &c); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(r.Value))
+		dec.UseNumber()
+		if err := dec.Decode(&c); err != nil {
 			t.Fatalf("kafkatest: replay %s/%d offset %d: %v", r.Topic, r.Partition, r.Offset, err)
 		}
 		row, had := rows[string(r.Key)]

@@ -2,6 +2,7 @@ package repartition
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -254,8 +255,9 @@ func changelogRows(t *testing.T, brokers []string, topic string, columns ...stri
 	for _, row := range kafkatest.ReplayChecked(t, recs) {
 		vals := make([]int64, len(columns))
 		for i, name := range columns {
-			n, _ := row[name].(float64)
-			vals[i] = int64(n)
+			if n, ok := row[name].(json.Number); ok {
+				vals[i], _ = n.Int64()
+			}
 		}
 		got[row["user"].(string)] = vals
 	}
