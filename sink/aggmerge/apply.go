@@ -49,22 +49,12 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	if err := t.checkOpen(); err != nil {
+	if err := t.checkWritable(); err != nil {
 		return Result{}, err
 	}
-	wrote, err := t.checkWriter(b)
+	wrote, err := t.checkWriter(b.writer, b.cols)
 	if err != nil {
 		return Result{}, err
-	}
-	if err := t.space.check(t.opts, t.dir); err != nil {
-		return Result{}, fmt.Errorf("apply batch to %q: %w", t.dir, err)
-	}
-	t.mu.RLock()
-	storeErr := t.mu.storeErr
-	t.mu.RUnlock()
-	if storeErr != nil {
-		t.kickStorer()
-		return Result{}, storeErr
 	}
 	st := t.applyState()
 	defer st.reset()
@@ -87,6 +77,26 @@ func (t *Table) Apply(b *Batch) (Result, error) {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// checkWritable returns why the table takes no write now: closed or
+// corrupt, short of space, or its last background store failed (then it
+// asks the storer to try again). The caller holds writeMu.
+func (t *Table) checkWritable() error {
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	if err := t.space.check(t.opts, t.dir); err != nil {
+		return fmt.Errorf("apply batch to %q: %w", t.dir, err)
+	}
+	t.mu.RLock()
+	storeErr := t.mu.storeErr
+	t.mu.RUnlock()
+	if storeErr != nil {
+		t.kickStorer()
+		return storeErr
+	}
+	return nil
 }
 
 func (t *Table) applyState() *applyState {
@@ -289,6 +299,31 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result, wrote *Registratio
 	if len(st.touched) == 0 {
 		wrote = nil // markers only
 	}
+	if err := t.commitBatch(pb, wrote); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	for _, e := range st.touched {
+		e.row = e.pending
+		if !e.dirty {
+			e.dirty = true
+			t.dirty = append(t.dirty, e)
+		}
+	}
+	for i, bk := range st.used {
+		t.mu.buckets[bk] = states[i]
+	}
+	t.appendedLocked(wrote)
+	t.mu.Unlock()
+	if len(t.dirty) >= t.maxDirty() {
+		t.kickStorer()
+	}
+	return nil
+}
+
+// commitBatch commits a batch of log chunks and bucket states, with the
+// writer's registration wrote (if not nil), synced with Options.SyncWrites.
+func (t *Table) commitBatch(pb *pebble.Batch, wrote *Registration) error {
 	if wrote != nil {
 		raw, err := json.Marshal(*wrote)
 		if err != nil {
@@ -305,25 +340,16 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result, wrote *Registratio
 	if err := pb.Commit(opt); err != nil {
 		return fmt.Errorf("apply batch to %q: %w", t.dir, t.pebbleErr(err))
 	}
-	t.mu.Lock()
-	for _, e := range st.touched {
-		e.row = e.pending
-		if !e.dirty {
-			e.dirty = true
-			t.dirty = append(t.dirty, e)
-		}
-	}
-	for i, bk := range st.used {
-		t.mu.buckets[bk] = states[i]
-	}
+	return nil
+}
+
+// appendedLocked records, after a commit that appended to logs, the
+// writer's registration wrote (if not nil) and wakes WaitLog. The caller
+// holds mu.
+func (t *Table) appendedLocked(wrote *Registration) {
 	if wrote != nil {
 		t.mu.writers[wrote.Writer] = *wrote
 	}
 	close(t.mu.appended)
 	t.mu.appended = make(chan struct{})
-	t.mu.Unlock()
-	if len(t.dirty) >= t.maxDirty() {
-		t.kickStorer()
-	}
-	return nil
 }

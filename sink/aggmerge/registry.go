@@ -184,19 +184,19 @@ func (t *Table) Writers() []Registration {
 // usable without the exactly-once writer. It returns the registration to
 // store with the batch, its Wrote set, when the writer is registered and
 // has not written yet (nil otherwise); writeMu is held.
-func (t *Table) checkWriter(b *Batch) (*Registration, error) {
+func (t *Table) checkWriter(w Writer, cols []int) (*Registration, error) {
 	t.mu.RLock()
-	reg, ok := t.mu.writers[b.writer.ID]
+	reg, ok := t.mu.writers[w.ID]
 	t.mu.RUnlock()
 	if !ok {
 		return nil, nil
 	}
-	if b.writer.Epoch < reg.Epoch {
-		return nil, fmt.Errorf("apply batch of writer %q epoch %d to %q: %w (epoch %d)", b.writer.ID, b.writer.Epoch, t.dir, ErrFenced, reg.Epoch)
+	if w.Epoch < reg.Epoch {
+		return nil, fmt.Errorf("apply batch of writer %q epoch %d to %q: %w (epoch %d)", w.ID, w.Epoch, t.dir, ErrFenced, reg.Epoch)
 	}
-	for _, c := range b.cols {
+	for _, c := range cols {
 		if name := t.schema.Values[c].Name; len(reg.Columns) > 0 && !slices.Contains(reg.Columns, name) {
-			return nil, fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", b.writer.ID, t.dir, ErrInvalid, name)
+			return nil, fmt.Errorf("apply batch of writer %q to %q: %w: column %q is not registered", w.ID, t.dir, ErrInvalid, name)
 		}
 	}
 	if reg.Wrote {

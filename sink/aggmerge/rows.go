@@ -86,10 +86,10 @@ type rowOrder struct {
 	i      uint32 // index into the taken rows
 }
 
-func newRowOrder(e *cachedRow, i int) rowOrder {
+func newRowOrder(bucket uint32, key string, i int) rowOrder {
 	var b [16]byte
-	copy(b[:], e.key)
-	return rowOrder{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), bucket: e.bucket, i: uint32(i)}
+	copy(b[:], key)
+	return rowOrder{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), bucket: bucket, i: uint32(i)}
 }
 
 // compare orders by bucket, then by the key's first 16 bytes; 0 means the
@@ -102,6 +102,17 @@ func (a rowOrder) compare(b rowOrder) int {
 		return c
 	}
 	return cmp.Compare(a.lo, b.lo)
+}
+
+// sortRowOrder sorts order by bucket and key; key returns the key of an
+// index, for the keys whose first 16 bytes are equal.
+func sortRowOrder(order []rowOrder, key func(i uint32) string) {
+	slices.SortFunc(order, func(a, b rowOrder) int {
+		if c := a.compare(b); c != 0 {
+			return c
+		}
+		return strings.Compare(key(a.i), key(b.i))
+	})
 }
 
 // storedRow is a dirty row taken for storing.
@@ -170,14 +181,9 @@ func (t *Table) storeRows(locked bool) error {
 func (t *Table) writeRows(rows []storedRow, from, to []uint64) error {
 	order := slices.Grow(t.store.order[:0], len(rows))
 	for i, r := range rows {
-		order = append(order, newRowOrder(r.e, i))
+		order = append(order, newRowOrder(r.e.bucket, r.e.key, i))
 	}
-	slices.SortFunc(order, func(a, b rowOrder) int {
-		if c := a.compare(b); c != 0 {
-			return c
-		}
-		return strings.Compare(rows[a.i].e.key, rows[b.i].e.key)
-	})
+	sortRowOrder(order, func(i uint32) string { return rows[i].e.key })
 	t.store.order = order
 	pb := t.db.NewBatch()
 	defer pb.Close()

@@ -145,7 +145,7 @@ func TestRowOrderIsKeyOrder(t *testing.T) {
 	})
 	order := make([]rowOrder, len(rows))
 	for i := range rows {
-		order[i] = newRowOrder(rows[i].e, i)
+		order[i] = newRowOrder(rows[i].e.bucket, rows[i].e.key, i)
 	}
 	slices.SortFunc(order, func(a, b rowOrder) int {
 		return cmp.Or(a.compare(b), strings.Compare(rows[a.i].e.key, rows[b.i].e.key))
