@@ -139,14 +139,14 @@ func (t *Table) writeError(i int, key []byte, err error) error {
 }
 
 // entry returns the cache entry of key, creating it (from pebble, unless
-// the cache is complete) when the cache has none. Only the writer changes
+// the cache is complete for its bucket) when the cache has none. Only the writer changes
 // the cache, so it reads it without mu.
 func (t *Table) entry(st *applyState, bucket uint32, key []byte) (*cachedRow, error) {
 	if e, ok := t.mu.cache.rows[string(key)]; ok {
 		return e, nil
 	}
 	e := &cachedRow{key: string(key), bucket: bucket}
-	if !t.mu.cache.complete {
+	if !t.mu.cache.completeFor(bucket) {
 		st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], bucket), key...)
 		v, closer, err := t.db.Get(st.rowKey)
 		switch {

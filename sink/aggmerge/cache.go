@@ -6,13 +6,16 @@ package aggmerge
 // a row older than pebble's, and holds every dirty row (one changed since
 // it was last stored) until it is stored (rows.go). complete means every row
 // of the table is in the cache, so a miss is an absent row and needs no
-// pebble read; the first eviction clears it.
+// pebble read; the first eviction clears it. A bucket that a Loader wrote
+// is loaded: its rows went to pebble without entries, so a miss there reads
+// pebble even in a complete cache, until the table is reopened.
 //
 // Entries are pointers so that one map lookup per write serves both the
 // batch's view of the row (pending) and the committed row.
 type rowCache struct {
 	max      int
 	complete bool
+	loaded   []bool // by bucket
 	rows     map[string]*cachedRow
 }
 
@@ -33,17 +36,22 @@ type cachedRow struct {
 	gen     uint64
 }
 
-func newRowCache(max int, complete bool) rowCache {
-	return rowCache{max: max, complete: complete, rows: make(map[string]*cachedRow)}
+func newRowCache(max int, complete bool, buckets int) rowCache {
+	return rowCache{max: max, complete: complete, loaded: make([]bool, buckets), rows: make(map[string]*cachedRow)}
 }
 
-// get returns the cached row of key; known reports whether the answer is
-// authoritative (a hit, or a miss in a complete cache).
-func (c *rowCache) get(key []byte) (row []byte, known bool) {
+// completeFor reports whether a miss of a key of bucket is an absent row.
+func (c *rowCache) completeFor(bucket uint32) bool {
+	return c.complete && !c.loaded[bucket]
+}
+
+// get returns the cached row of key, of bucket; known reports whether the
+// answer is authoritative (a hit, or a miss where the cache is complete).
+func (c *rowCache) get(key []byte, bucket uint32) (row []byte, known bool) {
 	if e, ok := c.rows[string(key)]; ok {
 		return e.row, true
 	}
-	return nil, c.complete
+	return nil, c.completeFor(bucket)
 }
 
 // add caches a new entry, evicting arbitrary stored rows (Go's map order)

@@ -23,9 +23,12 @@
 // update). It reads each old row from the row cache (pebble only on a miss
 // in a cache that does not hold the whole table), merges,
 // and commits unsynced by default; Table.Sync makes everything so far
-// durable. Writers may register (Register): a registered writer's batches
-// of an older epoch are fenced, and two jobs cannot register overlapping
-// target columns.
+// durable. Table.Load bulk-loads a bucket that holds no row (a handover's
+// rebuild): the same Insert entries as Overwrite upserts would make, with
+// the rows stored in the same pebble batch and no old-row lookup; the
+// bucket's cache misses then read pebble. Writers may register (Register):
+// a registered writer's batches of an older epoch are fenced, and two jobs
+// cannot register overlapping target columns.
 //
 // Invariants:
 //   - rows and log never disagree: replaying a bucket's log from its first

@@ -15,4 +15,5 @@ var (
 	ErrBelowLogStart  = errors.New("aggmerge: offset below log start (truncated)")
 	ErrCorrupt        = errors.New("aggmerge: corrupt table data")
 	ErrNoSpace        = errors.New("aggmerge: free disk space below the table's reserve")
+	ErrNotEmpty       = errors.New("aggmerge: bucket not empty")
 )

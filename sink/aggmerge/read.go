@@ -31,7 +31,7 @@ func (t *Table) Get(key []agg.Value) (Row, bool, error) {
 		t.mu.RUnlock()
 		return Row{}, false, ErrClosed
 	}
-	raw, known := t.mu.cache.get(k)
+	raw, known := t.mu.cache.get(k, bucket)
 	t.mu.RUnlock()
 	if !known {
 		v, closer, err := t.db.Get(append(encoding.RowPrefix(nil, bucket), k...))

@@ -238,7 +238,7 @@ func (t *Table) create(schema Schema, funcs []*agg.Func) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	t.mu.cache = newRowCache(t.opts.CacheRows, true)
+	t.mu.cache = newRowCache(t.opts.CacheRows, true, schema.Buckets)
 	return nil
 }
 
@@ -289,7 +289,7 @@ func (t *Table) loadRowsAndCache() error {
 		return fmt.Errorf("recover rows from the log: %w", err)
 	}
 	complete := rows <= uint64(t.opts.CacheRows)
-	t.mu.cache = newRowCache(t.opts.CacheRows, complete)
+	t.mu.cache = newRowCache(t.opts.CacheRows, complete, t.schema.Buckets)
 	if !complete {
 		return nil
 	}
