@@ -279,6 +279,8 @@ func ReadAll(ctx context.Context, conn kafka.Connection, repartitionTopic string
 // rebuild writes the images into the partition's bucket of table, which
 // must hold no rows but those of an earlier rebuild that was never claimed
 // (a crash between rebuild and claim); it returns the log end after it.
+// Those rows are cleared first; then the bucket is empty and the images
+// are bulk-loaded (Table.Load: no old-row lookups, no row cache).
 func (h *Handover) rebuild(table *aggmerge.Table, images map[string][]agg.Value) (uint64, error) {
 	bucket := int(h.Partition)
 	start, end, err := table.LogOffsets(bucket)
@@ -317,22 +319,14 @@ func (h *Handover) rebuild(table *aggmerge.Table, images map[string][]agg.Value)
 			return 0, err
 		}
 	}
+	rows := make([]aggmerge.LoadRow, 0, len(images))
 	for key, vals := range images {
-		if vals == nil {
-			continue
-		}
-		if err := b.UpsertEncoded(aggmerge.Overwrite, []byte(key), vals); err != nil {
-			return 0, err
-		}
-		h.Rebuilt++
-		if b.Len() >= rebuildBatch {
-			if err := flush(); err != nil {
-				return 0, fmt.Errorf("rebuild bucket %d: %w", bucket, err)
-			}
+		if vals != nil {
+			rows = append(rows, aggmerge.LoadRow{Key: key, Vals: vals})
 		}
 	}
-	if err := flush(); err != nil {
-		return 0, fmt.Errorf("rebuild bucket %d: %w", bucket, err)
+	if h.Rebuilt, err = table.Load(aggmerge.Writer{ID: rebuilder}, bucket, rows); err != nil {
+		return 0, fmt.Errorf("rebuild: %w", err)
 	}
 	if err := table.Sync(); err != nil {
 		return 0, err
