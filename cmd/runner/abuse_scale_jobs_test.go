@@ -194,6 +194,14 @@ func feedBoth(orders *orderFeed, pays *paymentFeed, d time.Duration) {
 func (s *sharedJobs) stopAndCheck(payments *child, orders *orderFeed, pays *paymentFeed, seed int64) {
 	t := s.t
 	t.Helper()
+	// Each owner publishes its buckets' seals with their changelog records.
+	for _, i := range s.live() {
+		series := []string{`ebbflow_repartition_seals_total{job="` + s.job + `"}`, `ebbflow_repartition_changelog_records_total{job="` + s.job + `"}`}
+		waitFor(t, s.runners[i], 30*time.Second, fmt.Sprintf("instance %d's /metrics: %v at least 1", i, series), func() bool {
+			_, metrics := httpGet(t, "http://"+liveRunner(s.dirs[i])+"/metrics")
+			return metricAtLeast(metrics, series[0], 1) && metricAtLeast(metrics, series[1], 1)
+		})
+	}
 	stopGracefully(t, payments)
 	for _, i := range s.live() {
 		stopGracefully(t, s.runners[i])

@@ -17,6 +17,7 @@ type Metrics struct {
 	// Dynamic ownership (Owners).
 	rebalances, rowsRebuilt prometheus.Counter
 	handoverSeconds         prometheus.Histogram
+	seals, changelog        prometheus.Counter // what the Publishers committed
 }
 
 // NewMetrics registers stage 1's metrics with reg.
@@ -45,13 +46,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		handoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbflow_repartition_handover_seconds",
 			Help:    "Time from an assignment of the owners group to stage 2 applying it: the stop of the previous stage 2, the handovers (fence, read, rebuild, claim) and the start (dynamic ownership).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		seals: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_seals_total",
+			Help: "Checkpoints of stage 2 the Publishers committed to the owner log, a seal per owned bucket that changed (dynamic ownership)."}),
+		changelog: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_changelog_records_total",
+			Help: "Changelog records the Publishers committed with their seals: the table's changelog under dynamic ownership."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_records_refused_total",
 			Help: "Repartition records stage 2 refused: of a job that writes no column of the table here, or writing columns its job does not own (the source's on_error then fails, skips or dead-letters them; counted again when read again)."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbflow_repartition_failures_total",
 			Help: "Stage-1 sessions that failed and were started again after a backoff (a broker outage: a poll, a write or a commit failing)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed, m.rebalances, m.rowsRebuilt, m.handoverSeconds, m.refused} {
+	for _, c := range []prometheus.Collector{m.sent, txns, m.owned, m.input, m.failures, failed, m.rebalances, m.rowsRebuilt, m.handoverSeconds, m.refused, m.seals, m.changelog} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -102,5 +107,14 @@ func (m *Metrics) rebuilt(rows int) {
 func (m *Metrics) handover(d time.Duration) {
 	if m != nil {
 		m.handoverSeconds.Observe(d.Seconds())
+	}
+}
+
+// sealed records a seal committed with its changelog records (nothing on
+// nil Metrics).
+func (m *Metrics) sealed(changelog int) {
+	if m != nil {
+		m.seals.Inc()
+		m.changelog.Add(float64(changelog))
 	}
 }

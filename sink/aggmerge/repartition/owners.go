@@ -372,6 +372,7 @@ func (o *Owners) incarnation(ctx context.Context, settle bool, owned []int32) er
 		if pubs[i], err = NewPublisher(h, cfg.Table, positions, cfg.Writers, cfg.Changelog); err != nil {
 			return fmt.Errorf("owners: %w", err)
 		}
+		pubs[i].metrics = m
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

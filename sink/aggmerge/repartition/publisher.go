@@ -68,6 +68,7 @@ type Publisher struct {
 	resume    int64                        // the Resume of the last seal
 	published int                          // rows published
 	changelog *export.Encoder              // nil: no changelog
+	metrics   *Metrics                     // nil: none
 	// prevCuts and prevHi are the cuts of the last seal (at first the
 	// handover's From): a row's image there is its changelog before-image.
 	prevCuts map[string]uint64
@@ -337,6 +338,7 @@ func (pb *Publisher) publish(ctx context.Context, cp uint64, cuts map[string]uin
 	}
 	pb.h.last, pb.resume, pb.published = off, resume, pb.published+len(rows)
 	pb.prevCuts, pb.prevHi = cuts, hi
+	pb.metrics.sealed(len(changes))
 	// A change below every cut is published; one at or past the lowest is
 	// kept: it may be of a later checkpoint for some writer.
 	pb.pending = slices.DeleteFunc(pb.pending, func(c change) bool { return c.offset < lo })
