@@ -54,7 +54,11 @@ type Config struct {
 	// table (1 min): the transaction timeout is derived from it (see
 	// transactionTimeout).
 	CheckpointInterval time.Duration
-	// MaxRecordsPerTxn bounds the records of one transaction (10,000).
+	// MaxRecordsPerTxn bounds the records of one transaction (100,000). In
+	// committed mode it also bounds a range's keys (a change per key), so
+	// it is what a range can fold: a bucket's keys changed per checkpoint
+	// should fit in its share. The exporter keeps a range's images in
+	// memory: roughly 0.7 KB per key for a few int columns.
 	MaxRecordsPerTxn int
 	// PollInterval is how often an idle exporter looks for new entries
 	// (10 ms).
@@ -119,7 +123,7 @@ func (c *Config) setDefaults() {
 		c.CheckpointInterval = time.Minute
 	}
 	if c.MaxRecordsPerTxn <= 0 {
-		c.MaxRecordsPerTxn = 10_000
+		c.MaxRecordsPerTxn = 100_000
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 10 * time.Millisecond

@@ -11,7 +11,7 @@
 // (Config.TransactionalID; "ebbflow-export-<name>" when unset, which
 // collides across deployments: the runner derives one per data
 // directory), so a second exporter with the same id fences the first. Each
-// export round reads up to MaxRecordsPerTxn changes, shared among the
+// export round reads up to MaxRecordsPerTxn changes (100,000), shared among the
 // buckets with entries to export, and commits them in one transaction:
 // every record is produced as soon as it is encoded, so the partitions are
 // written in parallel while the next changes are read. The
@@ -71,8 +71,21 @@
 // changes nothing the consumer can see (the usual case: a crash undone
 // before its writes were ever exported) it is not exported.
 //
+// Committed mode folds: the walk takes a bucket's decided entries a range
+// at a time (up to the first undecided entry, the round's log end, or its
+// budget of keys: in practice a checkpoint) and emits one change per key
+// of the range, from its row before the range to its row after it, at the
+// offset of its last change, in log order (fold.go). A whole range goes in
+// one transaction, so a consumer never sees the states inside one. A
+// deletion stays apart, after the row's last image before it: a row that
+// lived within a range is still seen. A row set and set back has no
+// record; when such a row changed last in the range, the range's last
+// record carries that change's offset, so that a restart reads on after
+// it. The restart point of a range's records
+// covers the masks of every entry a restart reads again.
+//
 // So, in committed mode a read_committed consumer of bucket b sees a
-// subsequence of b's log in offset order, in which every row image is the
+// folded subsequence of b's log in offset order, in which every row image is the
 // row with each writer's columns as that writer had them at its last
 // committed (or still unmasked) write up to that offset. It never sees a
 // value written by a write that was later rolled back. It sees a writer's
@@ -135,7 +148,7 @@
 // schema order; values hold the key columns then the value columns.
 //
 // Files: exporter.go (Run, sessions, transactions), select.go (committed
-// and uncommitted selection, masks), resume.go (topic check, reading the
+// and uncommitted selection, masks), fold.go (a range's changes per key), resume.go (topic check, reading the
 // last committed records), versions.go (version points, numbers, the data
 // dir's file), upstream.go (reading versions topics, Upstream),
 // format.go and records.go (JSON rows, headers), consume.go (the reader),

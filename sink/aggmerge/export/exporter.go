@@ -27,6 +27,7 @@ type Exporter struct {
 	log     *slog.Logger
 	m       *metrics
 	former  []string // FormerTransactionalIDs not closed yet (Run's goroutine)
+	fold    *fold    // committed mode: a range's changes, one per key (Run's goroutine)
 
 	mu struct {
 		sync.Mutex
@@ -61,6 +62,7 @@ func New(cfg Config) (*Exporter, error) {
 	codec, _ := cfg.Format.codec() // validated
 	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(), txnID: cfg.TransactionalID,
 		codec: codec, topic: cfg.Topic, now: cfg.Now}
+	x.fold = newFold(len(cfg.Table.Schema().Values))
 	x.former = slices.DeleteFunc(slices.Clone(cfg.FormerTransactionalIDs), func(id string) bool { return id == cfg.TransactionalID })
 	if err := cfg.Registerer.Register(newFreshnessMetric(x)); err != nil {
 		return nil, fmt.Errorf("changelog exporter: register metrics: %w", err)
@@ -285,7 +287,7 @@ func (x *Exporter) round(ctx context.Context, cl *kgo.Client, cs []*cursor) (int
 				if x.cfg.Mode == Uncommitted {
 					err = selectUncommitted(x.cfg.Table, c, ends[c.bucket], left, emit)
 				} else {
-					err = selectCommitted(x.cfg.Table, c, ends[c.bucket], left, emit)
+					err = selectCommitted(x.cfg.Table, c, ends[c.bucket], left, x.fold, emit)
 				}
 				if err != nil {
 					x.abort(tx)

@@ -35,7 +35,7 @@ const (
 	HeaderTable      = "ebbflow.table"      // the table's name (Config.Name)
 	HeaderTableID    = "ebbflow.table_id"   // the table's identity (a UUID; a recreated table has a new one)
 	HeaderBucket     = "ebbflow.bucket"     // decimal bucket number = partition
-	HeaderOffset     = "ebbflow.log_offset" // decimal log offset of the entry (+U's for an update)
+	HeaderOffset     = "ebbflow.log_offset" // decimal log offset of the entry (+U's for an update; committed: of the key's last in the range, see the package doc)
 	HeaderCheckpoint = "ebbflow.checkpoint" // decimal id of the checkpoint that committed it (0: unknown, uncommitted mode)
 	HeaderUndo       = "ebbflow.undo"       // "true" for an entry written by undo
 	HeaderOp         = "ebbflow.op"         // +I, +U or -D
