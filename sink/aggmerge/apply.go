@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbflow/ebbflow/internal/invariants"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/encoding"
 )
@@ -139,14 +140,23 @@ func (t *Table) writeError(i int, key []byte, err error) error {
 }
 
 // entry returns the cache entry of key, creating it (from pebble, unless
-// the cache is complete for its bucket) when the cache has none. Only the writer changes
-// the cache, so it reads it without mu.
+// the cache or the key filter says the row is absent) when the cache has
+// none. Only the writer changes the cache, so it reads it without mu.
 func (t *Table) entry(st *applyState, bucket uint32, key []byte) (*cachedRow, error) {
 	if e, ok := t.mu.cache.rows[string(key)]; ok {
 		return e, nil
 	}
 	e := &cachedRow{key: string(key), bucket: bucket}
-	if !t.mu.cache.completeFor(bucket) {
+	if t.mu.cache.needKeys() {
+		if err := t.buildKeys(); err != nil {
+			return nil, err
+		}
+	}
+	absent := t.mu.cache.absent(key, bucket)
+	if absent && invariants.Enabled {
+		t.checkAbsent(bucket, key)
+	}
+	if !absent {
 		st.rowKey = append(encoding.RowPrefix(st.rowKey[:0], bucket), key...)
 		v, closer, err := t.db.Get(st.rowKey)
 		switch {
@@ -303,7 +313,11 @@ func (t *Table) commit(st *applyState, b *Batch, res *Result, wrote *Registratio
 		return err
 	}
 	t.mu.Lock()
+	keys := t.mu.cache.keys
 	for _, e := range st.touched {
+		if e.row == nil && e.pending != nil && keys != nil {
+			keys.addString(e.key) // an insert: before the entry can be evicted
+		}
 		e.row = e.pending
 		if !e.dirty {
 			e.dirty = true

@@ -8,7 +8,10 @@ package aggmerge
 // of the table is in the cache, so a miss is an absent row and needs no
 // pebble read; the first eviction clears it. A bucket that a Loader wrote
 // is loaded: its rows went to pebble without entries, so a miss there reads
-// pebble even in a complete cache, until the table is reopened.
+// pebble even in a complete cache, until the table is reopened. keys, the
+// key filter (keys.go), if not nil, holds every key of a row: a miss of a
+// key it has not is an absent row too. It is kept once the cache is not
+// complete.
 //
 // Entries are pointers so that one map lookup per write serves both the
 // batch's view of the row (pending) and the committed row.
@@ -17,6 +20,7 @@ type rowCache struct {
 	complete bool
 	loaded   []bool // by bucket
 	rows     map[string]*cachedRow
+	keys     *keyFilter
 }
 
 // cachedRow is one key's cache entry. row is the committed encoded row, nil
@@ -45,13 +49,27 @@ func (c *rowCache) completeFor(bucket uint32) bool {
 	return c.complete && !c.loaded[bucket]
 }
 
+// absent reports whether a key of bucket that the cache does not hold is
+// of no row: the cache is complete for the bucket, or the key filter has
+// not the key.
+func (c *rowCache) absent(key []byte, bucket uint32) bool {
+	return c.completeFor(bucket) || (c.keys != nil && !c.keys.has(key))
+}
+
+// needKeys reports whether the writer should build the key filter before
+// it reads a miss from pebble: the cache is not complete and it has no
+// filter, or one fuller than planned.
+func (c *rowCache) needKeys() bool {
+	return !c.complete && (c.keys == nil || c.keys.full())
+}
+
 // get returns the cached row of key, of bucket; known reports whether the
-// answer is authoritative (a hit, or a miss where the cache is complete).
+// answer is authoritative (a hit, or a miss of an absent row).
 func (c *rowCache) get(key []byte, bucket uint32) (row []byte, known bool) {
 	if e, ok := c.rows[string(key)]; ok {
 		return e.row, true
 	}
-	return nil, c.completeFor(bucket)
+	return nil, c.absent(key, bucket)
 }
 
 // add caches a new entry, evicting arbitrary stored rows (Go's map order)

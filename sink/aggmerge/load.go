@@ -191,10 +191,17 @@ func (l *loader) flush() error {
 	if err := l.pb.Set(encoding.BucketKey(l.bucket), encoding.AppendBucketState(nil, s), nil); err != nil {
 		return err
 	}
-	// Loaded before the commit: a miss must not answer "absent" once the
-	// rows are there.
+	// Loaded, and in the key filter, before the commit: a miss must not
+	// answer "absent" once the rows are there.
 	t.mu.Lock()
 	t.mu.cache.loaded[l.bucket] = true
+	if keys := t.mu.cache.keys; keys != nil {
+		var from int
+		for _, to := range l.ends {
+			keys.add(l.keys[from:to.key])
+			from = to.key
+		}
+	}
 	t.mu.Unlock()
 	if err := t.commitBatch(l.pb, wrote); err != nil {
 		return err

@@ -276,7 +276,9 @@ func (t *Table) loadBuckets() error {
 
 // loadRowsAndCache replays the log into the stored rows and, when the rows
 // fit, fills the row cache so that a miss means "no such row" without a
-// pebble read. A table just created has both already.
+// pebble read; when they do not, it builds the key filter (keys.go) so
+// that a miss of a key it has not means that. A table just created has
+// both already.
 func (t *Table) loadRowsAndCache() error {
 	if t.mu.rowsAt != nil {
 		return nil
@@ -291,7 +293,7 @@ func (t *Table) loadRowsAndCache() error {
 	complete := rows <= uint64(t.opts.CacheRows)
 	t.mu.cache = newRowCache(t.opts.CacheRows, complete, t.schema.Buckets)
 	if !complete {
-		return nil
+		return t.buildKeys()
 	}
 	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{encoding.PrefixRow}, UpperBound: []byte{encoding.PrefixRow + 1}})
 	if err != nil {
