@@ -57,10 +57,9 @@ func (c *rowCache) absent(key []byte, bucket uint32) bool {
 }
 
 // needKeys reports whether the writer should build the key filter before
-// it reads a miss from pebble: the cache is not complete and it has no
-// filter, or one fuller than planned.
+// it reads a miss from pebble: the cache is not complete and it has none.
 func (c *rowCache) needKeys() bool {
-	return !c.complete && (c.keys == nil || c.keys.full())
+	return !c.complete && c.keys == nil
 }
 
 // get returns the cached row of key, of bucket; known reports whether the

@@ -42,7 +42,7 @@ func keyRowOf(vals []agg.Value) keyRow {
 // writes of new keys and of keys written long ago (evicted), deletes and
 // writes of deleted keys, a Load into a bucket, undo back to a baseline,
 // reopening (which builds the filter from the stored rows), and the filter
-// outgrowing its plan again and again. After every batch the keys it wrote
+// outgrowing its plan again and again (growing by more filters). After every batch the keys it wrote
 // must read as the model says, and at every baseline and at the end the
 // whole table must equal the model. A filter that ever said "absent" of a
 // row would merge a write into nothing: the sums would restart.
@@ -67,7 +67,7 @@ func runKeyFilter(t *testing.T, seed uint64) {
 	w := Writer{ID: "w", Epoch: 1}
 	var next int64 // keys below next have been written at least once
 	loadDone := false
-	var rebuilt, undos, reopens int
+	var built, chain, undos, reopens int
 	bucketOf := func(k int64) int {
 		b, err := tbl.Bucket([]agg.Value{agg.IntValue(k)})
 		if err != nil {
@@ -155,8 +155,11 @@ func runKeyFilter(t *testing.T, seed uint64) {
 		if _, err := tbl.Apply(b); err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
-		if tbl.mu.cache.keys != before {
-			rebuilt++ // or built
+		if k := tbl.mu.cache.keys; k != nil {
+			if k != before {
+				built++
+			}
+			chain = max(chain, len(k.fs))
 		}
 		check(where, keys)
 		return keys
@@ -223,9 +226,11 @@ func runKeyFilter(t *testing.T, seed uint64) {
 		}
 	}
 	checkAll("the end")
-	t.Logf("%d rows, %d keys written, key filter built %d times, sized for %d; %d undos, %d reopens", len(model), next, rebuilt, tbl.mu.cache.keys.plan, undos, reopens)
-	if rebuilt < 3 || undos == 0 || reopens == 0 {
-		t.Errorf("the key filter was built %d times, %d undos, %d reopens: the test lost its teeth", rebuilt, undos, reopens)
+	k := tbl.mu.cache.keys
+	t.Logf("%d rows, %d keys written; key filter built %d times by a write, up to %d filters, now %d of %d bytes; %d undos, %d reopens",
+		len(model), next, built, chain, len(k.fs), k.bytes(), undos, reopens)
+	if built < 1 || chain < 3 || undos == 0 || reopens == 0 {
+		t.Errorf("the key filter was built %d times and grew to %d filters, %d undos, %d reopens: the test lost its teeth", built, chain, undos, reopens)
 	}
 }
 
