@@ -21,12 +21,14 @@
 // Writes: Table.Apply takes a Batch of upserts and deletes, each in a mode
 // (Aggregate, Overwrite, Retract), naming its target columns once (partial
 // update). It reads each old row from the row cache (pebble only on a miss
-// in a cache that does not hold the whole table), merges,
+// in a cache that does not hold the whole table, of a key that the key
+// filter, keys.go, says the table may hold), merges,
 // and commits unsynced by default; Table.Sync makes everything so far
 // durable. Table.Load bulk-loads a bucket that holds no row (a handover's
 // rebuild): the same Insert entries as Overwrite upserts would make, with
 // the rows stored in the same pebble batch and no old-row lookup; the
-// bucket's cache misses then read pebble. Writers may register (Register):
+// bucket's cache misses then read pebble (unless the key filter has not
+// the key). Writers may register (Register):
 // a registered writer's batches of an older epoch are fenced, and two jobs
 // cannot register overlapping target columns.
 //
@@ -40,6 +42,8 @@
 //   - the row cache is changed only by the writer after its commit, so it
 //     is never older than pebble, and it holds every dirty row until it is
 //     stored;
+//   - the key filter, once built, has the key of every row (the
+//     invariants tag checks each "absent" it answers against pebble);
 //   - the stored rows hold every change of a bucket's log below its rows
 //     offset, and a row being stored is never evicted before it is;
 //   - writers are serialized; Get and ReadLog never wait for a writer's IO
