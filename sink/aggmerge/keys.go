@@ -94,8 +94,9 @@ func (k *keyFilter) bytes() uint64 {
 
 // buildKeys builds the key filter, sized for twice the table's rows (at
 // least Options.CacheRows: it is built when they fill the cache), from
-// the stored rows' keys and the cached rows. The caller holds writeMu, so
-// the cache changes only by a store settling, which takes writeMu too: a
+// the stored rows' keys and the cached rows. The caller holds writeMu (or
+// is Open, before the storer starts), so the cache changes only by a store
+// settling, which takes writeMu too: a
 // row being stored is either in the iterator's view (its store committed
 // before it) or still pinned in the cache. It reads no values.
 func (t *Table) buildKeys() error {
