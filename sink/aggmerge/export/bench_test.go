@@ -25,6 +25,7 @@ var (
 	benchFor     = flag.Duration("export.for", 5*time.Second, "how long BenchmarkVisibility writes")
 	benchCkpt    = flag.Duration("export.checkpoint", time.Second, "commit marker interval in BenchmarkVisibility")
 	benchTxn     = flag.Int("export.txn", 0, "BenchmarkExport's MaxRecordsPerTxn (0: the default)")
+	benchUsers   = flag.Int("export.users", 10_000, "keys BenchmarkExport's writes go to: committed mode folds a key's writes within a range, so as many keys as writes measure one record per write")
 	benchCodec   = flag.String("export.compression", "", "BenchmarkExport's batch compression (none, snappy, lz4, zstd; empty: the exporter's default)")
 )
 
@@ -64,7 +65,7 @@ type benchWriter struct {
 	commit []uint64
 	ckpt   uint64
 	i      int
-	users  int // keys written over (10,000)
+	users  int // keys written over (-export.users)
 }
 
 func newBenchWriter(b *testing.B, tbl *aggmerge.Table) *benchWriter {
@@ -76,7 +77,7 @@ func newBenchWriter(b *testing.B, tbl *aggmerge.Table) *benchWriter {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchWriter{tbl: tbl, w: aggmerge.Writer{ID: "bench/sink#0", Epoch: epoch}, b: batch, commit: make([]uint64, tbl.Schema().Buckets), users: 10_000}
+	return &benchWriter{tbl: tbl, w: aggmerge.Writer{ID: "bench/sink#0", Epoch: epoch}, b: batch, commit: make([]uint64, tbl.Schema().Buckets), users: *benchUsers}
 }
 
 // write applies n writes over w.users users, stamped with the current time.
@@ -197,6 +198,9 @@ func BenchmarkExport(b *testing.B) {
 						first = time.Now()
 					}
 					time.Sleep(time.Millisecond)
+				}
+				if first.IsZero() { // one transaction did it all
+					first = time.Now()
 				}
 				cpu += cputime.Process() - cpu0
 				start += first.Sub(t0)
