@@ -35,6 +35,13 @@ type Entry struct {
 	Writer Writer
 	Undo   bool
 	Marker Marker
+	// EncodedKey is the key as EncodeKey encodes it, valid only during
+	// the call (nil for markers).
+	EncodedKey []byte
+	// EncodedAfter is the encoded after-image (DecodeImage decodes it)
+	// of an entry that LogRead.Decode left undecoded, valid only during
+	// the call; nil otherwise.
+	EncodedAfter []byte
 }
 
 // LogOffsets returns the first retained offset and the end offset (the next
@@ -111,6 +118,13 @@ type LogRead struct {
 	// MarkersOnly calls fn for the markers only; the other entries are
 	// passed over without decoding their keys and images.
 	MarkersOnly bool
+	// Decode, if set, is asked before a change's key and images are
+	// decoded, with the entry's Offset (an update's +U's), Op, Writer,
+	// Undo and EncodedKey set. When it says false, the entries of the
+	// change come with Key, Before and After nil and the after-image
+	// encoded (EncodedAfter): for a reader that needs the images of only
+	// some entries.
+	Decode func(*Entry) bool
 }
 
 // ReadLogWith is ReadLog read as o says.
@@ -195,8 +209,17 @@ func (lr *logReader) chunk(k, v []byte) error {
 		}
 		*e = Entry{Writer: Writer{ID: h.Writer, Epoch: h.Epoch}, Undo: h.Undo, Marker: r.Marker}
 		if r.Op != encoding.OpMarker {
-			if err := lr.decode(r); err != nil {
-				return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, lr.bucket, off, err)
+			e.EncodedKey = r.Key
+			if lr.o.Decode != nil {
+				ops := entryOps(r.Op)
+				e.Offset, e.Op = off+n-1, ops[len(ops)-1]
+			}
+			if lr.o.Decode == nil || lr.o.Decode(e) {
+				if err := lr.decode(r); err != nil {
+					return fmt.Errorf("read log of %q bucket %d at %d: %w", t.dir, lr.bucket, off, err)
+				}
+			} else {
+				e.EncodedAfter = r.After
 			}
 		}
 		for _, op := range entryOps(r.Op) {
@@ -210,6 +233,15 @@ func (lr *logReader) chunk(k, v []byte) error {
 		}
 	}
 	return nil
+}
+
+// DecodeImage decodes an encoded row image (Entry.EncodedAfter) into dst.
+func (t *Table) DecodeImage(enc []byte, dst []agg.Value) ([]agg.Value, error) {
+	vals, err := encoding.DecodeRow(enc, t.valTypes, dst[:0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: log image: %v", ErrCorrupt, err)
+	}
+	return vals, nil
 }
 
 // decode decodes r's key and images into the entry, into the slices of the

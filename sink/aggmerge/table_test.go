@@ -242,6 +242,44 @@ func TestReadLogWith(t *testing.T) {
 	if got, _ := read(LogRead{MarkersOnly: true}, markers[10]+1); !slices.Equal(got, want[11:]) {
 		t.Errorf("MarkersOnly from %d: %d markers, want %d", markers[10]+1, len(got), len(want[11:]))
 	}
+	// Decode asked for every change, at its last offset, with its encoded
+	// key: the changes it declines come undecoded, their encoded key and
+	// after-image decoding to what a decoding read gives.
+	asked, i := 0, 0
+	declined := 0
+	err = tbl.ReadLogWith(0, 0, LogRead{Reuse: true, Decode: func(e *Entry) bool {
+		asked++
+		if k, err := tbl.EncodeKey([]agg.Value{agg.IntValue(int64(asked-1) % 20)}); err != nil || string(k) != string(e.EncodedKey) {
+			t.Fatalf("asked about %x at %d, want the key %x (%v)", e.EncodedKey, e.Offset, k, err)
+		}
+		return asked%3 != 0
+	}}, func(e *Entry) error {
+		defer func() { i++ }()
+		if e.Op == MarkerEntry {
+			return nil
+		}
+		if e.Key != nil {
+			if e.EncodedAfter != nil {
+				t.Fatalf("%s: decoded and encoded", all[i])
+			}
+			return nil
+		}
+		declined++
+		after, err := tbl.DecodeImage(e.EncodedAfter, nil)
+		if err != nil {
+			return err
+		}
+		k, _ := tbl.EncodeKey([]agg.Value{agg.IntValue(int64(asked-1) % 20)})
+		got := strconv.FormatUint(e.Offset, 10) + " " + e.Op.String() + " " + vals(after)
+		if want := all[i]; !strings.HasPrefix(want, strconv.FormatUint(e.Offset, 10)+" "+e.Op.String()+" ") ||
+			!strings.HasSuffix(want, ">"+vals(after)) || string(k) != string(e.EncodedKey) {
+			t.Fatalf("undecoded entry %s, want %s", got, want)
+		}
+		return nil
+	})
+	if err != nil || asked != 1000 || declined < 600 || i != len(all) {
+		t.Fatalf("Decode read: %v; asked %d times, %d entries undecoded, %d entries of %d", err, asked, declined, i, len(all))
+	}
 }
 
 func vals(v []agg.Value) string {

@@ -641,7 +641,8 @@ func ebbflow(changelog bool, flush string) func(context.Context, *bench, string)
 			runner += "-baseline"
 		}
 		cl := ""
-		topic := "peers-changelog-" + filepath.Base(dir) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		// A topic name has no '@' (the @baseline systems' dirs do).
+		topic := "peers-changelog-" + strings.ReplaceAll(filepath.Base(dir), "@", ".") + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		if changelog {
 			cl = fmt.Sprintf("    changelog: {topic: %q, mode: committed}", topic)
 		}

@@ -82,7 +82,9 @@
 // record; when such a row changed last in the range, the range's last
 // record carries that change's offset, so that a restart reads on after
 // it. The restart point of a range's records
-// covers the masks of every entry a restart reads again.
+// covers the masks of every entry a restart reads again. The walk decodes
+// only the images a fold or a mask needs (aggmerge.LogRead.Decode): an
+// entry that moves an open fold on is kept encoded until the fold emits.
 //
 // So, in committed mode a read_committed consumer of bucket b sees a
 // folded subsequence of b's log in offset order, in which every row image is the

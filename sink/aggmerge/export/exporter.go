@@ -62,7 +62,7 @@ func New(cfg Config) (*Exporter, error) {
 	codec, _ := cfg.Format.codec() // validated
 	x.enc = encoder{schema: cfg.Table.Schema(), table: cfg.Name, id: cfg.Table.ID().String(), txnID: cfg.TransactionalID,
 		codec: codec, topic: cfg.Topic, now: cfg.Now}
-	x.fold = newFold(len(cfg.Table.Schema().Values))
+	x.fold = newFold(cfg.Table)
 	x.former = slices.DeleteFunc(slices.Clone(cfg.FormerTransactionalIDs), func(id string) bool { return id == cfg.TransactionalID })
 	if err := cfg.Registerer.Register(newFreshnessMetric(x)); err != nil {
 		return nil, fmt.Errorf("changelog exporter: register metrics: %w", err)

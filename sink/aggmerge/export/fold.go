@@ -3,6 +3,7 @@ package export
 import (
 	"slices"
 
+	"github.com/ebbflow/ebbflow/sink/aggmerge"
 	"github.com/ebbflow/ebbflow/sink/aggmerge/agg"
 )
 
@@ -23,21 +24,47 @@ type fold struct {
 	changes []folded       // in the order of each fold's first change
 	order   []*folded      // changes sorted by offset, for emitting
 	arena   []agg.Value    // the keys and images, copied
+	bytes   []byte         // the encoded after-images, copied
 	n       int            // values per image
+	decode  func(enc []byte, dst []agg.Value) ([]agg.Value, error)
 }
 
 type folded struct {
 	change
 	afterBuf []agg.Value // where after is copied (after may be nil)
+	encoded  []byte      // the after-image, encoded, when moveOn set it last
 }
 
-func newFold(n int) *fold {
-	return &fold{index: map[string]int{}, n: n}
+func newFold(t *aggmerge.Table) *fold {
+	return &fold{index: map[string]int{}, n: len(t.Schema().Values), decode: t.DecodeImage}
 }
 
 func (f *fold) reset() {
 	clear(f.index)
-	f.changes, f.order, f.arena = f.changes[:0], f.order[:0], f.arena[:0]
+	f.changes, f.order, f.arena, f.bytes = f.changes[:0], f.order[:0], f.arena[:0], f.bytes[:0]
+}
+
+// open reports whether the key encoded as k has an open fold.
+func (f *fold) open(k []byte) bool {
+	_, ok := f.index[string(k)]
+	return ok
+}
+
+// moveOn moves the open fold of the key encoded as k on to the encoded
+// after-image enc, of a change at offset: an update, whose before-image is
+// the fold's after-image. It is decoded only if it is still the fold's
+// last when the fold is emitted.
+func (f *fold) moveOn(k, enc []byte, offset, checkpoint uint64, undo bool) {
+	p := &f.changes[f.index[string(k)]]
+	p.offset, p.checkpoint, p.undo = offset, checkpoint, undo
+	if cap(p.encoded) < len(enc) {
+		if cap(f.bytes)-len(f.bytes) < 2*len(enc) {
+			f.bytes = make([]byte, 0, max(2*cap(f.bytes), 1<<16, 2*len(enc)))
+		}
+		p.encoded = f.bytes[len(f.bytes) : len(f.bytes) : len(f.bytes)+2*len(enc)]
+		f.bytes = f.bytes[:len(f.bytes)+2*len(enc)]
+	}
+	p.encoded = append(p.encoded[:0], enc...)
 }
 
 func (f *fold) len() int { return len(f.changes) }
@@ -71,6 +98,7 @@ func (f *fold) add(k []byte, ch *change) {
 	case open:
 		p := &f.changes[i]
 		p.offset, p.checkpoint, p.undo = ch.offset, ch.checkpoint, ch.undo
+		p.encoded = p.encoded[:0]
 		if cap(p.afterBuf) < len(ch.after) {
 			p.afterBuf = f.copyOf(ch.after, f.n)
 		}
@@ -101,6 +129,13 @@ func (f *fold) emit(resume func(last uint64) uint64, emit func(*change) error) e
 	var cancelled uint64 // past the last change of a fold that cancelled out
 	for i := range f.changes {
 		p := &f.changes[i]
+		if len(p.encoded) > 0 {
+			after, err := f.decode(p.encoded, p.afterBuf)
+			if err != nil {
+				return err
+			}
+			p.after, p.afterBuf = after, after
+		}
 		if sameRow(p.before, p.after) { // never a deletion: its after is nil, its before not
 			cancelled = max(cancelled, p.offset+1)
 			continue

@@ -339,9 +339,27 @@ func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[
 	var ch change
 	ms := masks{}
 	c.blocked = ""
-	var key []byte
 	var expired []expiry // masks unmasked in the range
-	err := t.ReadLogWith(c.bucket, c.resume, aggmerge.LogRead{Reuse: true}, func(e *aggmerge.Entry) error {
+	// Most entries only move an open fold's after-image on: their images
+	// are not decoded (the fold keeps the after-image encoded). Those
+	// decoded are the ones a mask or a new fold needs.
+	decode := func(e *aggmerge.Entry) bool {
+		if e.Offset >= end {
+			return false
+		}
+		d, _ := decide(c.markers, e, group(e.Writer.ID), registered)
+		switch {
+		case d == discarded:
+			return true
+		case d == undecided:
+			return false
+		}
+		if _, masked := ms[string(e.EncodedKey)]; masked {
+			return true
+		}
+		return e.Offset >= c.done && (e.Op == aggmerge.Delete || !f.open(e.EncodedKey))
+	}
+	err := t.ReadLogWith(c.bucket, c.resume, aggmerge.LogRead{Reuse: true, Decode: decode}, func(e *aggmerge.Entry) error {
 		if e.Offset >= end {
 			return errStop
 		}
@@ -371,15 +389,13 @@ func (c *cursor) walk(t *aggmerge.Table, end uint64, budget int, registered map[
 			}
 			return nil
 		}
-		var mk *mask
-		if len(ms) > 0 || d == discarded || fresh {
-			var err error
-			if key, err = t.AppendKey(key[:0], e.Key); err != nil {
-				return err
-			}
-			mk = ms[string(key)]
-		}
+		key := e.EncodedKey
+		mk := ms[string(key)]
 		switch {
+		case e.EncodedAfter != nil: // not decoded: an open fold, no mask
+			if fresh {
+				f.moveOn(key, e.EncodedAfter, e.Offset, m.m.Checkpoint, e.Undo)
+			}
 		case d == discarded:
 			ms.add(string(key), e, g, m.off)
 		case fresh:

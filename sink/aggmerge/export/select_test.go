@@ -526,7 +526,7 @@ func TestUncommittedExportsEverything(t *testing.T) {
 // committedChanges is selectCommitted collecting copies of the changes.
 func committedChanges(t *aggmerge.Table, c *cursor, end uint64, budget int) ([]change, error) {
 	var out []change
-	err := selectCommitted(t, c, end, budget, newFold(len(t.Schema().Values)), collect(&out))
+	err := selectCommitted(t, c, end, budget, newFold(t), collect(&out))
 	return out, err
 }
 
