@@ -103,8 +103,8 @@ func (t *Table) checkBucket(bucket int) error {
 // end as of the call, in offset order, on one consistent snapshot. Reading
 // from the end reads nothing; from beyond the end is ErrBeyondLogEnd, from
 // below the retained start ErrBelowLogStart. An error from fn stops the read
-// and is returned. The *Entry is reused between calls; its slices are not
-// and may be kept.
+// and is returned. The *Entry is reused between calls; its Key, Before and
+// After are not and may be kept (EncodedKey is valid only during the call).
 func (t *Table) ReadLog(bucket int, from uint64, fn func(*Entry) error) error {
 	return t.ReadLogWith(bucket, from, LogRead{}, fn)
 }
